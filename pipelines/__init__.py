@@ -1,0 +1,1 @@
+"""Spark data source and migration tools (not yet built)."""

@@ -1,0 +1,80 @@
+"""Kafka wire codecs without I/O: framing, requests/responses, record batches, errors.
+
+Requests and responses are kafka-python 3's schema-generated classes; record batches
+use aiokafka's compiled codec. Nothing here touches a socket, asyncio or the store.
+"""
+
+from ._apis import ApiKey, api_name, decodable_versions, request_class, request_classes
+from ._connection import (
+    DEFAULT_MAX_FRAME_BYTES,
+    BadFrame,
+    Event,
+    KafkaConnection,
+    Request,
+    decode_request,
+    encode_response,
+    parse_header,
+    response_class,
+)
+from ._errors import (
+    ConnectionClosed,
+    CorruptRecords,
+    ErrorCode,
+    FrameTooLarge,
+    InvalidRecords,
+    MalformedMeta,
+    MalformedRequest,
+    ProtocolError,
+    UnsupportedMessageFormat,
+)
+from ._meta import decode_meta, encode_meta
+from ._records import (
+    FetchRecord,
+    ProducedBatch,
+    batch_next_offset,
+    build_batch,
+    decode_batch,
+    decode_records,
+    empty_batch,
+    split_batches,
+)
+
+TX_HEADER = "tms.tx.write_pointer"
+"""Record header carrying an in-progress TMS transaction's write pointer (8 bytes, BE)."""
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "TX_HEADER",
+    "ApiKey",
+    "BadFrame",
+    "ConnectionClosed",
+    "CorruptRecords",
+    "ErrorCode",
+    "Event",
+    "FetchRecord",
+    "FrameTooLarge",
+    "InvalidRecords",
+    "KafkaConnection",
+    "MalformedMeta",
+    "MalformedRequest",
+    "ProducedBatch",
+    "ProtocolError",
+    "Request",
+    "UnsupportedMessageFormat",
+    "api_name",
+    "batch_next_offset",
+    "build_batch",
+    "decodable_versions",
+    "decode_batch",
+    "decode_meta",
+    "decode_records",
+    "decode_request",
+    "empty_batch",
+    "encode_meta",
+    "encode_response",
+    "parse_header",
+    "request_class",
+    "request_classes",
+    "response_class",
+    "split_batches",
+]

@@ -1,0 +1,204 @@
+"""A sans-I/O Kafka server connection: bytes in, decoded requests out, responses as chunks.
+
+Framing is a 4-byte big-endian length and then the request. The size is checked
+against the limit before anything of the frame is buffered beyond what the peer
+has already sent, so a hostile length prefix never makes us allocate it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.api_header import ResponseClassRegistry
+from kafka.protocol.api_message import ApiMessage
+
+from ._apis import decodable_versions, is_flexible_request, request_class, request_classes
+from ._errors import ConnectionClosed, FrameTooLarge, MalformedRequest
+
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+_FIXED_HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id len
+_SIZE = struct.Struct(">i")
+# Compact the receive buffer only once this much of it has been consumed: deleting
+# from the front of a bytearray moves the rest, so do it rarely.
+_COMPACT_AT = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One decoded request. ``body`` is None when kafka-python cannot decode this
+    api_key/version; the caller answers (ApiVersions, KIP-511) or closes."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class BadFrame:
+    """A frame that could not be decoded. The connection is unusable afterwards:
+    once framing is in doubt, nothing later in the stream can be trusted."""
+
+    reason: str
+    correlation_id: int | None = None
+    api_key: int | None = None
+
+
+Event = Request | BadFrame
+
+
+def _read_uvarint(data: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise MalformedRequest("truncated varint in request header")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise MalformedRequest("varint in request header is too long")
+
+
+def _skip_tagged_fields(data: memoryview, pos: int) -> int:
+    count, pos = _read_uvarint(data, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(data, pos)
+        size, pos = _read_uvarint(data, pos)
+        pos += size
+        if pos > len(data):
+            raise MalformedRequest("tagged field runs past the end of the request header")
+    return pos
+
+
+def parse_header(frame: memoryview) -> tuple[int, int, int, str | None, int]:
+    """-> (api_key, api_version, correlation_id, client_id, body offset).
+
+    Done by hand rather than with kafka-python's header class, which copies the
+    whole frame into a BytesIO first (a megabyte for a large produce)."""
+    if len(frame) < _FIXED_HEADER.size:
+        raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, client_len = _FIXED_HEADER.unpack_from(frame, 0)
+    pos = _FIXED_HEADER.size
+    client_id = None
+    if client_len >= 0:
+        end = pos + client_len
+        if end > len(frame):
+            raise MalformedRequest("client_id runs past the end of the frame")
+        try:
+            client_id = str(frame[pos:end], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedRequest("client_id is not UTF-8") from exc
+        pos = end
+    elif client_len != -1:
+        raise MalformedRequest(f"negative client_id length {client_len}")
+    if is_flexible_request(api_key, api_version):
+        pos = _skip_tagged_fields(frame, pos)
+    return api_key, api_version, correlation_id, client_id, pos
+
+
+def decode_request(frame: bytes | memoryview) -> Request:
+    """Decode one frame (without its length prefix). Raises MalformedRequest."""
+    view = memoryview(frame)
+    api_key, api_version, correlation_id, client_id, pos = parse_header(view)
+    versions = decodable_versions(api_key)
+    body = None
+    if versions is not None and versions[0] <= api_version <= versions[1]:
+        cls = request_class(api_key)
+        assert cls is not None
+        try:
+            body = cls.decode(view[pos:], version=api_version)
+        except Exception as exc:  # the generated decoders raise many types on bad input
+            raise MalformedRequest(
+                f"{cls.name} v{api_version} (correlation id {correlation_id}) does not "
+                f"decode: {type(exc).__name__}: {exc}"
+            ) from exc
+    return Request(api_key, api_version, correlation_id, client_id, body, len(view))
+
+
+class KafkaConnection:
+    """Server side of one Kafka connection, without any I/O."""
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._pos = 0
+        self._broken = False
+
+    @property
+    def broken(self) -> bool:
+        return self._broken
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Event]:
+        """Feed bytes from the socket; returns every request completed by them.
+
+        A BadFrame, if any, is the last event: the stream is abandoned there.
+        Raises FrameTooLarge as soon as a length prefix above the limit is seen.
+        """
+        if self._broken:
+            raise ConnectionClosed("connection already failed; no more data is accepted")
+        self._buf += data
+        events: list[Event] = []
+        buf = self._buf
+        while len(buf) - self._pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, self._pos)
+            if size < 0 or size > self.max_frame_bytes:
+                self._broken = True
+                raise FrameTooLarge(size, self.max_frame_bytes)
+            start = self._pos + 4
+            if len(buf) - start < size:
+                break
+            frame = bytes(memoryview(buf)[start : start + size])
+            self._pos = start + size
+            try:
+                events.append(decode_request(frame))
+            except MalformedRequest as exc:
+                self._broken = True
+                events.append(self._bad_frame(frame, str(exc)))
+                break
+        self._compact()
+        return events
+
+    def bytes_needed(self) -> int:
+        """How many more bytes complete the frame being received (0 if unknown)."""
+        pending = len(self._buf) - self._pos
+        if pending < 4:
+            return 4 - pending
+        (size,) = _SIZE.unpack_from(self._buf, self._pos)
+        return max(0, 4 + size - pending)
+
+    def _compact(self) -> None:
+        if self._pos == len(self._buf):
+            self._buf.clear()
+            self._pos = 0
+        elif self._pos >= _COMPACT_AT:
+            del self._buf[: self._pos]
+            self._pos = 0
+
+    @staticmethod
+    def _bad_frame(frame: bytes, reason: str) -> BadFrame:
+        if len(frame) >= 8:
+            api_key, _version, correlation_id = struct.unpack_from(">hhi", frame, 0)
+            return BadFrame(reason, correlation_id, api_key)
+        return BadFrame(reason)
+
+
+def response_class(api_key: int, api_version: int) -> type[ApiMessage]:
+    """The kafka-python response class for this request's api key and version."""
+    request_classes()  # imports every kafka.protocol module, which registers responses
+    cls = ResponseClassRegistry._response_class_registry.get(api_key)
+    if cls is None:
+        raise KeyError(f"no response class for api key {api_key}")
+    return cls[api_version]
+
+
+def encode_response(correlation_id: int, response: ApiMessage) -> list[bytes]:
+    """Frame a response (header version picked by the library) -> chunks for writelines."""
+    response.with_header(correlation_id=correlation_id)
+    return [bytes(response.encode(header=True, framed=True))]

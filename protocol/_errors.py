@@ -1,0 +1,93 @@
+"""Kafka error codes and the protocol layer's own typed exceptions.
+
+Only the codes tmsgate answers with are listed; the numbers are Kafka's
+(clients/src/main/java/org/apache/kafka/common/protocol/Errors.java).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    INVALID_REQUIRED_ACKS = 21
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    INVALID_RECORD = 87
+    UNKNOWN_TOPIC_ID = 100
+    INCONSISTENT_TOPIC_ID = 103
+
+
+class ProtocolError(Exception):
+    """Base of the errors the sans-I/O codecs raise."""
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame's length prefix is above the configured limit (or negative)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"request of {size} bytes is above the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class MalformedRequest(ProtocolError):
+    """A frame whose header or body does not decode."""
+
+
+class ConnectionClosed(ProtocolError):
+    """Data arrived after the connection object gave up on its byte stream."""
+
+
+class CorruptRecords(ProtocolError):
+    """A record batch that fails its CRC, is truncated or does not decompress."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class InvalidRecords(ProtocolError):
+    """A well-formed record batch that Kafka's log validator would refuse."""
+
+    code = ErrorCode.INVALID_RECORD
+
+
+class UnsupportedMessageFormat(ProtocolError):
+    """Legacy magic 0/1 message sets (Produce v3+ requires magic 2)."""
+
+    code = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+class MalformedMeta(ProtocolError):
+    """Stored Kafka metadata (key, headers, timestamp) that does not decode."""

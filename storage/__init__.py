@@ -1,0 +1,56 @@
+"""The TMS store: MessageTable, PayloadTable and MetadataTable over an ordered KV backend.
+
+See docs/storage-api.md for the API. Nothing here knows about Kafka.
+"""
+
+from .backend import Backend, open_backend
+from .errors import (
+    BackendError,
+    InvalidTopicProperties,
+    InvalidTransaction,
+    OffsetOutOfRange,
+    StorageError,
+    StoreClosed,
+    TopicAlreadyExists,
+    TopicNotFound,
+    TransactionNotInProgress,
+)
+from .ids import (
+    Entry,
+    Message,
+    MessageId,
+    PublishResult,
+    ReadResult,
+    RollbackDetail,
+    TopicId,
+    TopicMetadata,
+)
+from .store import Store, open_store
+from .transactions import Transaction, TransactionManager, Visibility
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "Entry",
+    "InvalidTopicProperties",
+    "InvalidTransaction",
+    "Message",
+    "MessageId",
+    "OffsetOutOfRange",
+    "PublishResult",
+    "ReadResult",
+    "RollbackDetail",
+    "StorageError",
+    "Store",
+    "StoreClosed",
+    "TopicAlreadyExists",
+    "TopicId",
+    "TopicMetadata",
+    "TopicNotFound",
+    "Transaction",
+    "TransactionManager",
+    "TransactionNotInProgress",
+    "Visibility",
+    "open_backend",
+    "open_store",
+]

@@ -1,0 +1,48 @@
+"""The small ordered key-value interface every backend implements, and URL selection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from .errors import StorageError
+
+# A write is a list of (key, value) pairs; a value of None deletes the key.
+Mutation = tuple[bytes, bytes | None]
+
+
+class Backend(Protocol):
+    def write(self, mutations: Sequence[Mutation], sync: bool = True) -> None:
+        """Apply all mutations atomically; with sync, durable (fsync) before returning."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def scan(
+        self,
+        start: bytes,
+        stop: bytes,
+        *,
+        reverse: bool = False,
+        include_start: bool = True,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Keys in [start, stop), ascending, or descending with reverse."""
+
+    def close(self) -> None: ...
+
+
+def open_backend(url: str) -> Backend:
+    """``leveldb:///abs/path`` or ``leveldb://./relative``; ``hbase://host:port`` later."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise StorageError(f"store URL {url!r} has no scheme; try leveldb:///path/to/dir")
+    if scheme == "leveldb":
+        if not rest:
+            raise StorageError(f"store URL {url!r} has no path")
+        from .leveldb import LevelDBBackend
+
+        return LevelDBBackend(rest)
+    if scheme == "hbase":
+        raise StorageError(
+            "the HBase backend is not part of this build; use leveldb:///path for now"
+        )
+    raise StorageError(f"unknown store URL scheme {scheme!r} in {url!r}; known: leveldb")

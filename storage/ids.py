@@ -1,0 +1,133 @@
+"""The store's value types: topic ids, message ids and what publish and read return."""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_MESSAGE_ID = struct.Struct(">QHQH")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicId:
+    """A topic within a namespace. Names follow Kafka's rules so every topic is reachable."""
+
+    namespace: str
+    topic: str
+
+    def __post_init__(self) -> None:
+        for part, what in ((self.namespace, "namespace"), (self.topic, "topic")):
+            if not isinstance(part, str) or not _NAME.match(part):
+                raise ValueError(
+                    f"invalid {what} name {part!r}: use 1-249 characters of [A-Za-z0-9._-]"
+                )
+
+    def __str__(self) -> str:
+        return f"{self.namespace}:{self.topic}"
+
+
+class MessageId(bytes):
+    """20 bytes: publish_ts(8) seq(2) write_ts(8) pseq(2), big-endian.
+
+    Byte order is consumption order, so ids compare correctly as plain bytes. Messages
+    published straight into the MessageTable have write_ts = pseq = 0.
+    """
+
+    __slots__ = ()
+    SIZE = 20
+
+    def __new__(cls, raw: bytes | bytearray | memoryview) -> MessageId:
+        if len(raw) != cls.SIZE:
+            raise ValueError(f"a message id has {cls.SIZE} bytes, got {len(raw)}")
+        return super().__new__(cls, raw)
+
+    @classmethod
+    def of(cls, publish_ts: int, seq: int, write_ts: int = 0, pseq: int = 0) -> MessageId:
+        return cls(_MESSAGE_ID.pack(publish_ts, seq, write_ts, pseq))
+
+    @property
+    def parts(self) -> tuple[int, int, int, int]:
+        return _MESSAGE_ID.unpack(self)
+
+    @property
+    def publish_ts(self) -> int:
+        return self.parts[0]
+
+    @property
+    def seq(self) -> int:
+        return self.parts[1]
+
+    @property
+    def write_ts(self) -> int:
+        return self.parts[2]
+
+    @property
+    def pseq(self) -> int:
+        return self.parts[3]
+
+    def __repr__(self) -> str:
+        return f"MessageId({self.hex()})"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One message to publish. ``meta`` is opaque to the store (the gateway keeps Kafka's
+    key, headers and client timestamp there); ``ttl_ms`` may only shorten the topic's TTL."""
+
+    payload: bytes | None
+    meta: bytes | None = None
+    ttl_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    id: MessageId
+    payload: bytes | None
+    offset: int
+    publish_ts: int
+    write_pointer: int | None = None
+    meta: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackDetail:
+    """What a transactional publish wrote; handing it back to rollback() undoes exactly that."""
+
+    write_pointer: int
+    start_ts: int
+    start_seq: int
+    end_ts: int
+    end_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    base_offset: int
+    count: int
+    first_id: MessageId | None
+    last_id: MessageId | None
+    publish_ts: int
+    rollback: RollbackDetail | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    messages: list[Message]
+    next_offset: int
+    held: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    topic: TopicId
+    generation: int
+    properties: dict[str, str] = field(default_factory=dict)
+    topic_uuid: bytes = b""
+    created_ms: int = 0
+
+    @property
+    def ttl_ms(self) -> int | None:
+        ttl = int(self.properties.get("ttl", "0") or 0)
+        return ttl * 1000 if ttl > 0 else None

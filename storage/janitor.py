@@ -1,0 +1,132 @@
+"""Retention: the seed's cleanup thread for LevelDB.
+
+Each pass expires timed-out transactions, then per topic deletes MessageTable rows older
+than the topic's TTL (with their offset-index entries and the PayloadTable rows they
+referred to), PayloadTable rows of invalid transactions past the TTL, and every row of
+older (or deleted) generations. Before deleting a topic's newest rows it checkpoints the
+topic's next offset and last timestamp, so offsets never restart after a topic empties.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from . import keys
+from .backend import Mutation
+from .ids import TopicMetadata
+
+if TYPE_CHECKING:
+    from .store import Store
+
+log = logging.getLogger(__name__)
+CHUNK = 10_000
+
+
+class Janitor:
+    def __init__(self, store: Store, interval_s: float) -> None:
+        self._store = store
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tmsgate-janitor", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                stats = run_cleanup(self._store)
+                if any(stats.values()):
+                    log.info("janitor: %s", stats)
+            except Exception:
+                log.exception("janitor pass failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_cleanup(store: Store) -> dict[str, int]:
+    stats = {"expired_transactions": len(store.transactions.expire()), "rows_deleted": 0}
+    for md in store.all_topic_metadata():
+        stats["rows_deleted"] += _clean_topic(store, md)
+    return stats
+
+
+def _clean_topic(store: Store, md: TopicMetadata) -> int:
+    backend = store._backend
+    deleted = 0
+    for table in (keys.MESSAGE, keys.PAYLOAD, keys.OFFSET_INDEX):
+        whole = keys.all_generations_prefix(table, md.topic)
+        if md.generation > 0:
+            current = keys.data_prefix(table, md.topic, md.generation)
+            ranges = [(whole, current), (keys.prefix_end(current), keys.prefix_end(whole))]
+        else:
+            ranges = [(whole, keys.prefix_end(whole))]
+        for start, stop in ranges:
+            deleted += _delete_keys(store, (k for k, _ in backend.scan(start, stop)))
+    if md.generation > 0 and md.ttl_ms is not None:
+        deleted += _expire(store, md)
+    return deleted
+
+
+def _expire(store: Store, md: TopicMetadata) -> int:
+    backend = store._backend
+    st = store._state(md.topic)
+    cutoff = store._clock() - (md.ttl_ms or 0)
+    if cutoff <= 0:
+        return 0
+    stop = st.msg_prefix + keys.MESSAGE_SUFFIX.pack(cutoff, 0)
+    first_kept = None
+    for _, value in backend.scan(stop, keys.prefix_end(st.msg_prefix)):
+        first_kept = keys.ROW_HEAD.unpack_from(value)[1]
+        break
+    if first_kept is None:
+        # Every row is expiring: remember where offsets and time stand before they go.
+        checkpoint = {
+            "generation": md.generation,
+            "next_offset": st.next_offset,
+            "last_ts": st.last_ts,
+            "last_seq": st.last_seq,
+        }
+        store._writer.mutate(
+            [(keys.checkpoint_key(md.topic), json.dumps(checkpoint).encode())]
+        ).result()
+        first_kept = st.next_offset
+
+    def doomed() -> Iterator[bytes]:
+        for key, value in backend.scan(st.msg_prefix, stop):
+            flags, _, _, wp, *_ = keys.decode_row(value)
+            if wp is not None and not flags & (keys.F_PAYLOAD | keys.F_NULL):
+                ref = st.payload_prefix + keys.U64.pack(abs(wp))
+                yield from (k for k, _ in backend.scan(ref, keys.prefix_end(ref)))
+            yield key
+        index_stop = st.index_prefix + keys.U64.pack(first_kept)
+        yield from (k for k, _ in backend.scan(st.index_prefix, index_stop))
+        invalid = store.transactions.invalid()
+        for wp in invalid:
+            ref = st.payload_prefix + keys.U64.pack(wp)
+            for k, _ in backend.scan(ref, keys.prefix_end(ref)):
+                if keys.PAYLOAD_ROW.unpack_from(k, len(ref))[0] < cutoff:
+                    yield k
+
+    return _delete_keys(store, doomed())
+
+
+def _delete_keys(store: Store, found: Iterator[bytes]) -> int:
+    # Deletes need no fsync: a delete lost in a crash only leaves expired or invisible rows
+    # that the next pass removes again.
+    n = 0
+    chunk: list[Mutation] = []
+    for key in found:
+        chunk.append((key, None))
+        if len(chunk) >= CHUNK:
+            store._backend.write(chunk, sync=False)
+            n += len(chunk)
+            chunk = []
+    if chunk:
+        store._backend.write(chunk, sync=False)
+        n += len(chunk)
+    return n

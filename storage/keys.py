@@ -1,0 +1,173 @@
+"""Every row key and row value layout of the store, in one place.
+
+One ordered key space holds all tables, each under a one-byte table prefix, so that a
+single backend batch can write a message, its offset-index entry and producer state
+atomically on LevelDB. Data keys follow the TMS seed:
+
+    MessageTable  M | topic | generation(4) | publish_ts(8) | seq(2)
+    PayloadTable  P | topic | generation(4) | write_pointer(8) | write_ts(8) | pseq(2)
+
+``topic`` is ``namespace:name`` followed by a NUL byte. The seed concatenates the bare
+name; the terminator keeps the prefix of topic ``a`` from also matching topic ``ab``.
+All integers are big-endian so byte order is numeric order.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .ids import TopicId
+
+MESSAGE = b"M"
+PAYLOAD = b"P"
+OFFSET_INDEX = b"O"
+TOPIC = b"T"
+CHECKPOINT = b"C"
+TX = b"X"
+STATE = b"S"
+
+GENERATION = struct.Struct(">i")
+MESSAGE_SUFFIX = struct.Struct(">QH")  # publish_ts, seq
+PAYLOAD_SUFFIX = struct.Struct(">QQH")  # write_pointer, write_ts, pseq
+PAYLOAD_ROW = struct.Struct(">QH")  # write_ts, pseq (after the write-pointer prefix)
+U64 = struct.Struct(">Q")
+MAX_SEQ = 0xFFFF
+
+# An offset-index entry is written for every MessageTable row that holds an offset that
+# is a multiple of this, so a seek by offset scans at most this many rows after the index.
+INDEX_INTERVAL = 64
+
+
+def topic_name(topic: TopicId) -> bytes:
+    return f"{topic.namespace}:{topic.topic}".encode() + b"\x00"
+
+
+def topic_meta_key(topic: TopicId) -> bytes:
+    return TOPIC + topic_name(topic)
+
+
+def namespace_meta_prefix(namespace: str) -> bytes:
+    return TOPIC + namespace.encode() + b":"
+
+
+def topic_from_meta_key(key: bytes) -> TopicId:
+    namespace, _, name = key[1:-1].decode().partition(":")
+    return TopicId(namespace, name)
+
+
+def checkpoint_key(topic: TopicId) -> bytes:
+    return CHECKPOINT + topic_name(topic)
+
+
+def data_prefix(table: bytes, topic: TopicId, generation: int) -> bytes:
+    return table + topic_name(topic) + GENERATION.pack(generation)
+
+
+def all_generations_prefix(table: bytes, topic: TopicId) -> bytes:
+    return table + topic_name(topic)
+
+
+def generation_of(key: bytes, name_len: int) -> int:
+    """The generation in a data key whose table prefix plus topic name is ``name_len`` bytes."""
+    return GENERATION.unpack_from(key, name_len)[0]
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key that starts with ``prefix``."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        raise ValueError("a prefix of only 0xff bytes has no end")
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def state_key(area: str, key: str) -> bytes:
+    return STATE + area.encode() + b"\x00" + key.encode()
+
+
+def state_prefix(area: str, prefix: str = "") -> bytes:
+    return STATE + area.encode() + b"\x00" + prefix.encode()
+
+
+# --- row values -------------------------------------------------------------------------
+# LevelDB has no columns, so a row's columns are packed into its value:
+#   flags(1) base_offset(8) count(4) [t: write pointer, signed(8)] [ttl_ms(8)]
+#   [meta_len(4) meta] [payload...]
+# ``o`` (base offset, count) is always present; the flags say which optional column is.
+# A row with F_TX and without F_PAYLOAD/F_NULL is a PayloadTable reference (seed: no p
+# column). F_NULL marks a message whose payload is absent (a Kafka null value).
+
+F_TX = 1
+F_PAYLOAD = 2
+F_META = 4
+F_TTL = 8
+F_NULL = 16
+
+ROW_HEAD = struct.Struct(">BQI")
+TX_COLUMN = struct.Struct(">q")
+TTL_COLUMN = struct.Struct(">Q")
+META_LEN = struct.Struct(">I")
+_HEAD_SIZE = ROW_HEAD.size
+
+
+def encode_row(
+    base_offset: int,
+    count: int,
+    payload: bytes | None,
+    write_pointer: int | None = None,
+    meta: bytes | None = None,
+    ttl_ms: int | None = None,
+    reference: bool = False,
+) -> bytes:
+    flags = 0
+    parts: list[bytes] = []
+    if write_pointer is not None:
+        flags |= F_TX
+        parts.append(TX_COLUMN.pack(write_pointer))
+    if ttl_ms is not None:
+        flags |= F_TTL
+        parts.append(TTL_COLUMN.pack(ttl_ms))
+    if meta is not None:
+        flags |= F_META
+        parts.append(META_LEN.pack(len(meta)))
+        parts.append(meta)
+    if not reference:
+        if payload is None:
+            flags |= F_NULL
+        else:
+            flags |= F_PAYLOAD
+            parts.append(payload)
+    return ROW_HEAD.pack(flags, base_offset, count) + b"".join(parts)
+
+
+def decode_row(
+    value: bytes,
+) -> tuple[int, int, int, int | None, int | None, bytes | None, bytes | None]:
+    """-> (flags, base_offset, count, write_pointer, ttl_ms, meta, payload)."""
+    flags, base, count = ROW_HEAD.unpack_from(value)
+    pos = _HEAD_SIZE
+    wp = ttl = meta = payload = None
+    if flags & F_TX:
+        wp = TX_COLUMN.unpack_from(value, pos)[0]
+        pos += 8
+    if flags & F_TTL:
+        ttl = TTL_COLUMN.unpack_from(value, pos)[0]
+        pos += 8
+    if flags & F_META:
+        n = META_LEN.unpack_from(value, pos)[0]
+        pos += 4
+        meta = value[pos : pos + n]
+        pos += n
+    if flags & F_PAYLOAD:
+        payload = value[pos:]
+    return flags, base, count, wp, ttl, meta, payload
+
+
+def negate_write_pointer(value: bytes) -> bytes:
+    """The same row with its t column negated (the seed's rollback); idempotent."""
+    flags = value[0]
+    if not flags & F_TX:
+        return value
+    wp = TX_COLUMN.unpack_from(value, _HEAD_SIZE)[0]
+    if wp < 0:
+        return value
+    return value[:_HEAD_SIZE] + TX_COLUMN.pack(-wp) + value[_HEAD_SIZE + 8 :]

@@ -1,0 +1,153 @@
+"""Reading a topic: the seed's MessageTable scan with the PayloadTable detour.
+
+A scan walks MessageTable rows in key (= consumption) order. A row with a payload is one
+message; a row without one refers to every PayloadTable row of its write pointer. With a
+transaction, rows are filtered as Tephra says: rolled-back and invalid rows are skipped,
+and the scan stops (holds) at the first row whose transaction is still in progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from . import keys
+from .backend import Backend
+from .ids import Message, MessageId, ReadResult
+from .topics import TopicState
+from .transactions import Transaction, Visibility
+
+_MESSAGE_ID = keys.MESSAGE_SUFFIX  # the first 10 bytes of an id are the row suffix
+
+
+@dataclass(slots=True)
+class ScanStart:
+    """Where a scan begins: a row key, and what to drop from the first row(s)."""
+
+    key: bytes
+    skip_below_offset: int = -1  # drop messages with offset < this
+    skip_until_id: bytes | None = None  # drop messages with id < (or <=) this
+    skip_equal: bool = False  # with skip_until_id: drop the id itself too (exclusive start)
+
+
+def ttl_floor_key(st: TopicState, now_ms: int) -> bytes:
+    ttl = st.ttl_ms
+    if ttl is None:
+        return st.msg_prefix
+    return st.msg_prefix + _MESSAGE_ID.pack(max(now_ms - ttl, 0), 0)
+
+
+def start_for_offset(backend: Backend, st: TopicState, offset: int) -> ScanStart:
+    """The offset index holds the row of every 64th offset; seek to the floor entry."""
+    probe = st.index_prefix + keys.U64.pack(offset)
+    for _, suffix in backend.scan(st.index_prefix, probe + b"\x00", reverse=True):
+        return ScanStart(st.msg_prefix + suffix, skip_below_offset=offset)
+    return ScanStart(st.msg_prefix, skip_below_offset=offset)
+
+
+def start_for_id(st: TopicState, message_id: MessageId, inclusive: bool) -> ScanStart:
+    return ScanStart(
+        st.msg_prefix + bytes(message_id[:10]),
+        skip_until_id=bytes(message_id),
+        skip_equal=not inclusive,
+    )
+
+
+def start_for_time(st: TopicState, ts_ms: int, inclusive: bool) -> ScanStart:
+    ts = max(ts_ms if inclusive else ts_ms + 1, 0)
+    return ScanStart(st.msg_prefix + _MESSAGE_ID.pack(ts, 0))
+
+
+def read(
+    backend: Backend,
+    st: TopicState,
+    start: ScanStart,
+    *,
+    now_ms: int,
+    max_messages: int,
+    max_bytes: int | None,
+    tx: Transaction | None,
+    next_offset: int,
+) -> ReadResult:
+    prefix, plen = st.msg_prefix, len(st.msg_prefix)
+    floor = ttl_floor_key(st, now_ms)
+    begin = max(start.key, floor)
+    out: list[Message] = []
+    size = 0
+    resume = None  # the offset to continue from
+    held = False
+    skip_off, skip_id, skip_eq = start.skip_below_offset, start.skip_until_id, start.skip_equal
+    decode = keys.decode_row
+    for key, value in backend.scan(begin, keys.prefix_end(prefix)):
+        flags, base, count, wp, msg_ttl, meta, payload = decode(value)
+        end = base + count
+        if end <= skip_off:
+            continue
+        if wp is not None and tx is not None:
+            vis = tx.visibility(wp)
+            if vis is Visibility.SKIP:
+                resume = end
+                continue
+            if vis is Visibility.HOLD:
+                held = True
+                break
+        ts = _MESSAGE_ID.unpack_from(key, plen)[0]
+        if msg_ttl is not None and ts + msg_ttl < now_ms:
+            resume = end
+            continue
+        suffix = key[plen:]
+        if flags & (keys.F_PAYLOAD | keys.F_NULL):
+            mid = MessageId(suffix + b"\x00" * 10)
+            if (skip_id is not None) and (mid < skip_id or (skip_eq and mid == skip_id)):
+                resume = end
+                continue
+            out.append(Message(mid, payload, base, ts, wp, meta))
+            size += (len(payload) if payload else 0) + (len(meta) if meta else 0)
+            resume = end
+        else:
+            full = True
+            for msg in _payload_messages(backend, st, wp or 0, suffix, base, ts):
+                if msg.offset < skip_off or (
+                    skip_id is not None and (msg.id < skip_id or (skip_eq and msg.id == skip_id))
+                ):
+                    resume = msg.offset + 1
+                    continue
+                if out and (
+                    len(out) >= max_messages or (max_bytes is not None and size >= max_bytes)
+                ):
+                    full = False
+                    break
+                out.append(msg)
+                size += len(msg.payload or b"") + len(msg.meta or b"")
+                resume = msg.offset + 1
+            if full:
+                resume = end
+        skip_off, skip_id = -1, None  # only the first rows can be partly before the start
+        if len(out) >= max_messages or (max_bytes is not None and size >= max_bytes):
+            break
+    if resume is None:  # nothing read or skipped: stay where the scan began
+        if start.skip_below_offset >= 0:
+            resume = start.skip_below_offset
+        else:
+            resume = first_offset_at(backend, st, begin, next_offset)
+    return ReadResult(out, resume, held)
+
+
+def first_offset_at(backend: Backend, st: TopicState, key: bytes, default: int) -> int:
+    """The base offset of the first row at or after ``key`` (``default`` if there is none)."""
+    for _, value in backend.scan(key, keys.prefix_end(st.msg_prefix)):
+        return keys.ROW_HEAD.unpack_from(value)[1]
+    return default
+
+
+def _payload_messages(
+    backend: Backend, st: TopicState, wp: int, row_suffix: bytes, base: int, publish_ts: int
+) -> Iterator[Message]:
+    """The messages a PayloadTable reference row stands for, with offsets base, base+1, ..."""
+    prefix = st.payload_prefix + keys.U64.pack(abs(wp))
+    plen = len(prefix)
+    offset = base
+    for key, value in backend.scan(prefix, keys.prefix_end(prefix)):
+        _, _, _, _, _, meta, payload = keys.decode_row(value)
+        yield Message(MessageId(row_suffix + key[plen:]), payload, offset, publish_ts, wp, meta)
+        offset += 1

@@ -1,0 +1,574 @@
+"""The Store: topics, publishing, transactions and reading, over one backend.
+
+Every write goes through the group-commit writer, so it is durable before its call
+returns and concurrent writers share fsyncs. Reads run on the caller's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+
+from . import keys, reader
+from .backend import Backend, Mutation, open_backend
+from .errors import (
+    InvalidTransaction,
+    OffsetOutOfRange,
+    StorageError,
+    StoreClosed,
+    TopicAlreadyExists,
+    TopicNotFound,
+    TransactionNotInProgress,
+)
+from .ids import (
+    Entry,
+    Message,
+    MessageId,
+    PublishResult,
+    ReadResult,
+    RollbackDetail,
+    TopicId,
+    TopicMetadata,
+)
+from .janitor import Janitor
+from .topics import (
+    OpenTxRow,
+    TopicState,
+    decode_metadata,
+    encode_metadata,
+    load_state,
+    new_metadata,
+    validate_properties,
+)
+from .transactions import TX_PER_MS, Transaction, TransactionManager
+from .writer import Batch, Writer
+
+log = logging.getLogger(__name__)
+
+Item = bytes | Entry
+TxArg = Transaction | int | None
+StateUpdates = Mapping[tuple[str, str], bytes | None]
+Listener = Callable[[TopicId, int], None]
+
+_ROW_HEAD = keys.ROW_HEAD
+_SUFFIX = keys.MESSAGE_SUFFIX
+_U64 = keys.U64
+_F_PAYLOAD = keys.F_PAYLOAD
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def open_store(url: str, **options: object) -> Store:
+    """Open (creating if missing) the store at ``url``, e.g. ``leveldb:///var/lib/tms``."""
+    return Store(open_backend(url), **options)  # type: ignore[arg-type]
+
+
+class Store:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        clock: Callable[[], int] | None = None,
+        janitor_interval_s: float | None = None,
+    ) -> None:
+        self._backend = backend
+        self._clock = clock or wall_clock_ms
+        self._lock = threading.RLock()
+        self._metadata: dict[TopicId, TopicMetadata | None] = {}
+        self._states: dict[TopicId, TopicState] = {}
+        self._listeners: list[Listener] = []
+        self._closed = False
+        self._writer = Writer(backend, on_failure=self._reload)
+        self.transactions = TransactionManager(
+            backend, self._writer.mutate, self._clock, on_finish=self._tx_finished
+        )
+        self._janitor = Janitor(self, janitor_interval_s) if janitor_interval_s else None
+
+    # --- topics ---------------------------------------------------------------------------
+    def create_topic(
+        self, topic: TopicId, properties: dict[str, str] | None = None
+    ) -> TopicMetadata:
+        props = validate_properties(properties)
+
+        def op(batch: Batch) -> TopicMetadata:
+            previous = self._topic_metadata(topic)
+            if previous is not None and previous.generation > 0:
+                raise TopicAlreadyExists(topic)
+            md = new_metadata(topic, previous.generation if previous else 0, props, self._clock())
+            batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(md)))
+            with self._lock:
+                self._metadata[topic] = md
+                self._states.pop(topic, None)
+            return md
+
+        return self._write(op)
+
+    def update_topic(self, topic: TopicId, properties: dict[str, str]) -> TopicMetadata:
+        """Replace all of a topic's properties."""
+        props = validate_properties(properties)
+
+        def op(batch: Batch) -> TopicMetadata:
+            md = self._require(topic)
+            md = TopicMetadata(topic, md.generation, props, md.topic_uuid, md.created_ms)
+            batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(md)))
+            with self._lock:
+                self._metadata[topic] = md
+                st = self._states.get(topic)
+                if st is not None:
+                    st.metadata = md
+            return md
+
+        return self._write(op)
+
+    def delete_topic(self, topic: TopicId) -> None:
+        """Negate the topic's generation: its data is invisible at once, cleaned up later."""
+
+        def op(batch: Batch) -> None:
+            md = self._require(topic)
+            gone = TopicMetadata(topic, -md.generation, md.properties, md.topic_uuid, md.created_ms)
+            batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(gone)))
+            with self._lock:
+                self._metadata[topic] = gone
+                self._states.pop(topic, None)
+
+        self._write(op)
+
+    def get_topic(self, topic: TopicId) -> TopicMetadata:
+        self._check_open()
+        return self._require(topic)
+
+    def list_topics(self, namespace: str) -> list[TopicId]:
+        self._check_open()
+        prefix = keys.namespace_meta_prefix(namespace)
+        out = []
+        for key, raw in self._backend.scan(prefix, keys.prefix_end(prefix)):
+            t = keys.topic_from_meta_key(key)
+            if decode_metadata(t, raw).generation > 0:
+                out.append(t)
+        return out
+
+    def all_topic_metadata(self) -> list[TopicMetadata]:
+        """Every topic record in every namespace, deleted generations included."""
+        prefix = keys.TOPIC
+        return [
+            decode_metadata(keys.topic_from_meta_key(k), v)
+            for k, v in self._backend.scan(prefix, keys.prefix_end(prefix))
+        ]
+
+    # --- publishing -----------------------------------------------------------------------
+    def publish(
+        self,
+        topic: TopicId,
+        items: Sequence[Item],
+        tx: TxArg = None,
+        state: StateUpdates | None = None,
+    ) -> PublishResult:
+        return self.publish_async(topic, items, tx, state).result()
+
+    def publish_async(
+        self,
+        topic: TopicId,
+        items: Sequence[Item],
+        tx: TxArg = None,
+        state: StateUpdates | None = None,
+    ) -> Future[PublishResult]:
+        """Append messages to the MessageTable (with the t column when ``tx`` is given).
+
+        With ``tx`` and no items, makes everything stored for the transaction in the
+        PayloadTable visible, in place, at this moment. ``state`` updates are written in the
+        same atomic batch (the gateway keeps idempotent-producer state there)."""
+        wp = _write_pointer(tx)
+        if not items and wp is None:
+            raise StorageError("nothing to publish: no messages and no transaction")
+        entries = list(items)
+        state_mutations = _state_mutations(state)
+
+        def op(batch: Batch) -> PublishResult:
+            st = self._state(topic)
+            if wp is not None and not self.transactions.is_in_progress(wp):
+                raise TransactionNotInProgress(wp)
+            if entries:
+                result = self._append(batch, st, entries, wp)
+            else:
+                result = self._append_reference(batch, st, wp)  # type: ignore[arg-type]
+            batch.mutations.extend(state_mutations)
+            return result
+
+        return self._writer.submit(op)
+
+    def _allocate(self, st: TopicState, n: int) -> tuple[int, int]:
+        """The (ts, seq) before the first of ``n`` new rows; never goes back in time."""
+        now = self._clock()
+        if now > st.last_ts:
+            return now, -1
+        return st.last_ts, st.last_seq
+
+    def _append(
+        self, batch: Batch, st: TopicState, entries: list[Item], wp: int | None
+    ) -> PublishResult:
+        ts, seq = self._allocate(st, len(entries))
+        base = off = st.next_offset
+        prefix, index_prefix = st.msg_prefix, st.index_prefix
+        append = batch.mutations.append
+        pack, head = _SUFFIX.pack, _ROW_HEAD.pack
+        first = None
+        for item in entries:
+            seq += 1
+            if seq > keys.MAX_SEQ:  # the 65,536th message of a millisecond takes the next one
+                ts += 1
+                seq = 0
+            suffix = pack(ts, seq)
+            if first is None:
+                first = suffix
+            if wp is None and type(item) is bytes:
+                value = head(_F_PAYLOAD, off, 1) + item
+            elif type(item) is bytes:
+                value = keys.encode_row(off, 1, item, wp)
+            else:
+                value = keys.encode_row(off, 1, item.payload, wp, item.meta, item.ttl_ms)  # type: ignore[union-attr]
+            append((prefix + suffix, value))
+            if off % keys.INDEX_INTERVAL == 0:
+                append((index_prefix + _U64.pack(off), suffix))
+            off += 1
+        st.last_ts, st.last_seq, st.next_offset = ts, seq, off
+        assert first is not None
+        f_ts, f_seq = _SUFFIX.unpack(first)
+        rollback = None
+        if wp is not None:
+            rollback = RollbackDetail(wp, f_ts, f_seq, ts, seq)
+            with st.lock:
+                st.open_tx_rows.append(OpenTxRow(base, wp))
+        batch.after.append(lambda: self._made_visible(st, off))
+        return PublishResult(
+            base,
+            len(entries),
+            MessageId(first + bytes(10)),
+            MessageId(pack(ts, seq) + bytes(10)),
+            f_ts,
+            rollback,
+        )
+
+    def _append_reference(self, batch: Batch, st: TopicState, wp: int) -> PublishResult:
+        if wp in st.published_refs:
+            raise InvalidTransaction(f"payloads of write pointer {wp} were already published")
+        count = self._stored_count(st, wp)
+        if count == 0:
+            return PublishResult(st.next_offset, 0, None, None, 0, None)
+        ts, seq = self._allocate(st, 1)
+        seq += 1
+        if seq > keys.MAX_SEQ:
+            ts, seq = ts + 1, 0
+        suffix = _SUFFIX.pack(ts, seq)
+        base = st.next_offset
+        batch.mutations.append(
+            (st.msg_prefix + suffix, keys.encode_row(base, count, None, wp, reference=True))
+        )
+        if (
+            base % keys.INDEX_INTERVAL == 0
+            or base // keys.INDEX_INTERVAL != (base + count - 1) // keys.INDEX_INTERVAL
+        ):
+            batch.mutations.append((st.index_prefix + _U64.pack(base), suffix))
+        st.last_ts, st.last_seq, st.next_offset = ts, seq, base + count
+        st.published_refs.add(wp)
+        st.stored_counts.pop(wp, None)
+        with st.lock:
+            st.open_tx_rows.append(OpenTxRow(base, wp))
+        end = base + count
+        batch.after.append(lambda: self._made_visible(st, end))
+        mid = MessageId(suffix + bytes(10))
+        return PublishResult(base, count, mid, mid, ts, RollbackDetail(wp, ts, seq, ts, seq))
+
+    def store(self, topic: TopicId, items: Sequence[Item], tx: Transaction | int) -> None:
+        self.store_async(topic, items, tx).result()
+
+    def store_async(
+        self, topic: TopicId, items: Sequence[Item], tx: Transaction | int
+    ) -> Future[None]:
+        """Write payloads to the PayloadTable under the transaction's write pointer."""
+        wp = _write_pointer(tx)
+        if wp is None:
+            raise InvalidTransaction("store() needs a transaction")
+        entries = list(items)
+
+        def op(batch: Batch) -> None:
+            st = self._state(topic)
+            if not self.transactions.is_in_progress(wp):
+                raise TransactionNotInProgress(wp)
+            if wp in st.published_refs:
+                raise InvalidTransaction(f"payloads of write pointer {wp} were already published")
+            stored = self._stored_count(st, wp)
+            ts, seq = max(self._clock(), st.last_payload_ts), st.last_payload_seq
+            if ts > st.last_payload_ts:
+                seq = -1
+            prefix = st.payload_prefix + _U64.pack(wp)
+            for item in entries:
+                seq += 1
+                if seq > keys.MAX_SEQ:
+                    ts, seq = ts + 1, 0
+                if type(item) is bytes:
+                    value = keys.encode_row(0, 0, item)
+                else:
+                    value = keys.encode_row(0, 0, item.payload, None, item.meta, item.ttl_ms)  # type: ignore[union-attr]
+                batch.mutations.append((prefix + keys.PAYLOAD_ROW.pack(ts, seq), value))
+            st.last_payload_ts, st.last_payload_seq = ts, seq
+            st.stored_counts[wp] = stored + len(entries)
+
+        return self._writer.submit(op)
+
+    def _stored_count(self, st: TopicState, wp: int) -> int:
+        count = st.stored_counts.get(wp)
+        if count is None:
+            prefix = st.payload_prefix + _U64.pack(wp)
+            count = sum(1 for _ in self._backend.scan(prefix, keys.prefix_end(prefix)))
+            st.stored_counts[wp] = count
+        return count
+
+    def rollback(self, topic: TopicId, detail: RollbackDetail) -> int:
+        """Negate the t column of the rows a transactional publish wrote; -> rows changed."""
+
+        def op(batch: Batch) -> int:
+            st = self._state(topic)
+            start = st.msg_prefix + _SUFFIX.pack(detail.start_ts, detail.start_seq)
+            stop = st.msg_prefix + _SUFFIX.pack(detail.end_ts, detail.end_seq) + b"\x00"
+            changed = 0
+            bases = set()
+            for key, value in self._backend.scan(start, stop):
+                _, base, _, wp, *_ = keys.decode_row(value)
+                if wp == detail.write_pointer:
+                    batch.mutations.append((key, keys.negate_write_pointer(value)))
+                    bases.add(base)
+                    changed += 1
+            with st.lock:
+                st.open_tx_rows = [
+                    r
+                    for r in st.open_tx_rows
+                    if not (r.write_pointer == detail.write_pointer and r.base_offset in bases)
+                ]
+            batch.after.append(lambda: self._notify(topic, st.visible_offset))
+            return changed
+
+        return self._write(op)
+
+    # --- reading --------------------------------------------------------------------------
+    def read(
+        self,
+        topic: TopicId,
+        *,
+        offset: int | None = None,
+        start: MessageId | bytes | int | None = None,
+        inclusive: bool = True,
+        max_messages: int = 500,
+        max_bytes: int | None = None,
+        tx: Transaction | None = None,
+    ) -> ReadResult:
+        self._check_open()
+        st = self._state(topic)
+        now = self._clock()
+        nxt = st.visible_offset
+        if offset is not None:
+            earliest = self._earliest(st, now)
+            if offset < earliest or offset > nxt:
+                raise OffsetOutOfRange(offset, earliest, nxt)
+            if offset == nxt:
+                return ReadResult([], nxt)
+            scan = reader.start_for_offset(self._backend, st, offset)
+        elif isinstance(start, bytes):
+            scan = reader.start_for_id(st, MessageId(start), inclusive)
+        elif isinstance(start, int):
+            scan = reader.start_for_time(st, start, inclusive)
+        else:
+            scan = reader.ScanStart(st.msg_prefix)
+        return reader.read(
+            self._backend,
+            st,
+            scan,
+            now_ms=now,
+            max_messages=max(1, max_messages),
+            max_bytes=max_bytes,
+            tx=tx,
+            next_offset=nxt,
+        )
+
+    def poll(
+        self,
+        topic: TopicId,
+        start: MessageId | bytes | int | None = None,
+        inclusive: bool = True,
+        limit: int = 100,
+        tx: Transaction | None = None,
+        offset: int | None = None,
+    ) -> list[Message]:
+        """The seed's poll: up to ``limit`` messages from a message id, a time or an offset."""
+        return self.read(
+            topic, offset=offset, start=start, inclusive=inclusive, max_messages=limit, tx=tx
+        ).messages
+
+    def offsets(self, topic: TopicId) -> tuple[int, int]:
+        """(earliest, next): the dense offset range currently readable."""
+        self._check_open()
+        st = self._state(topic)
+        return self._earliest(st, self._clock()), st.visible_offset
+
+    def _earliest(self, st: TopicState, now: int) -> int:
+        return reader.first_offset_at(
+            self._backend, st, reader.ttl_floor_key(st, now), st.visible_offset
+        )
+
+    def offset_for_time(self, topic: TopicId, ts_ms: int) -> int:
+        """The first offset published at or after ``ts_ms`` (the next offset if none)."""
+        self._check_open()
+        st = self._state(topic)
+        key = max(
+            reader.start_for_time(st, ts_ms, True).key, reader.ttl_floor_key(st, self._clock())
+        )
+        return reader.first_offset_at(self._backend, st, key, st.visible_offset)
+
+    def last_stable_offset(self, topic: TopicId) -> int:
+        """The offset of the first entry whose transaction is still in progress, else next."""
+        self._check_open()
+        st = self._state(topic)
+        with st.lock:
+            st.open_tx_rows = [
+                r for r in st.open_tx_rows if self.transactions.is_in_progress(r.write_pointer)
+            ]
+            if st.open_tx_rows:
+                return min(r.base_offset for r in st.open_tx_rows)
+        return st.visible_offset
+
+    # --- notifications --------------------------------------------------------------------
+    def add_listener(self, listener: Listener) -> None:
+        """``listener(topic, next_offset)`` runs on the writer thread after data is durable."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _made_visible(self, st: TopicState, next_offset: int) -> None:
+        if next_offset > st.visible_offset:
+            st.visible_offset = next_offset
+        self._notify(st.topic, st.visible_offset)
+
+    def _notify(self, topic: TopicId, next_offset: int) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(topic, next_offset)
+            except Exception:
+                log.exception("store listener failed")
+
+    def _tx_finished(self, wp: int) -> None:
+        for st in list(self._states.values()):
+            if any(r.write_pointer == wp for r in st.open_tx_rows):
+                self._notify(st.topic, st.visible_offset)
+
+    # --- small durable state (groups, producers, ...) -------------------------------------
+    def get_state(self, area: str, key: str) -> bytes | None:
+        self._check_open()
+        return self._backend.get(keys.state_key(area, key))
+
+    def put_state(self, area: str, key: str, value: bytes | None) -> None:
+        self.put_states({(area, key): value})
+
+    def put_states(self, updates: StateUpdates) -> None:
+        self._check_open()
+        self._writer.mutate(_state_mutations(updates)).result()
+
+    def scan_state(self, area: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        self._check_open()
+        start = keys.state_prefix(area, prefix)
+        skip = len(keys.state_prefix(area))
+        return [
+            (k[skip:].decode(), v) for k, v in self._backend.scan(start, keys.prefix_end(start))
+        ]
+
+    # --- housekeeping ---------------------------------------------------------------------
+    def cleanup(self) -> dict[str, int]:
+        """One janitor pass: expire transactions, drop expired and old-generation data."""
+        self._check_open()
+        from .janitor import run_cleanup
+
+        return run_cleanup(self)
+
+    def writer_stats(self) -> dict[str, int]:
+        return {"batches": self._writer.batches, "operations": self._writer.operations}
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if self._janitor is not None:
+            self._janitor.stop()
+        self._writer.close()
+        self._closed = True
+        self._backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals ------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+
+    def _write(self, op: Callable[[Batch], object]) -> object:
+        self._check_open()
+        return self._writer.submit(op).result()
+
+    def _topic_metadata(self, topic: TopicId) -> TopicMetadata | None:
+        with self._lock:
+            if topic in self._metadata:
+                return self._metadata[topic]
+            raw = self._backend.get(keys.topic_meta_key(topic))
+            md = decode_metadata(topic, raw) if raw else None
+            self._metadata[topic] = md
+            return md
+
+    def _require(self, topic: TopicId) -> TopicMetadata:
+        md = self._topic_metadata(topic)
+        if md is None or md.generation <= 0:
+            raise TopicNotFound(topic)
+        return md
+
+    def _state(self, topic: TopicId) -> TopicState:
+        st = self._states.get(topic)
+        if st is not None:
+            return st
+        with self._lock:
+            st = self._states.get(topic)
+            if st is None:
+                md = self._require(topic)
+                in_progress = self.transactions.in_progress()
+                floor = min(in_progress) // TX_PER_MS - 60_000 if in_progress else None
+                st = load_state(self._backend, md, floor)
+                self._states[topic] = st
+            return st
+
+    def _reload(self) -> None:
+        """After a failed durable write: forget in-memory state and re-read the backend."""
+        with self._lock:
+            self._metadata.clear()
+            self._states.clear()
+        self.transactions.reload(self._backend)
+
+
+def _write_pointer(tx: TxArg) -> int | None:
+    if tx is None:
+        return None
+    if isinstance(tx, Transaction):
+        return tx.write_pointer
+    if isinstance(tx, int) and not isinstance(tx, bool) and tx > 0:
+        return tx
+    raise InvalidTransaction(f"not a transaction or write pointer: {tx!r}")
+
+
+def _state_mutations(updates: StateUpdates | None) -> list[Mutation]:
+    if not updates:
+        return []
+    return [(keys.state_key(area, key), value) for (area, key), value in updates.items()]

@@ -1,0 +1,136 @@
+"""Topic metadata records and the per-topic state the writer keeps in memory."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from . import keys
+from .backend import Backend
+from .errors import InvalidTopicProperties
+from .ids import TopicId, TopicMetadata
+
+
+def validate_properties(props: dict[str, str] | None) -> dict[str, str]:
+    """Properties are strings; ``ttl`` is whole seconds >= 0 (0 keeps messages forever)."""
+    out: dict[str, str] = {}
+    for key, value in (props or {}).items():
+        if not isinstance(key, str) or not key:
+            raise InvalidTopicProperties(f"property names are non-empty strings, got {key!r}")
+        out[key] = str(value)
+    if "ttl" in out:
+        raw = out["ttl"].strip()
+        if not raw.isdigit():
+            raise InvalidTopicProperties(
+                f"ttl must be a whole number of seconds >= 0, got {out['ttl']!r}"
+            )
+        out["ttl"] = str(int(raw))
+    return out
+
+
+def encode_metadata(md: TopicMetadata) -> bytes:
+    return json.dumps(
+        {
+            "generation": md.generation,
+            "properties": md.properties,
+            "topic_uuid": md.topic_uuid.hex(),
+            "created_ms": md.created_ms,
+        },
+        sort_keys=True,
+    ).encode()
+
+
+def decode_metadata(topic: TopicId, raw: bytes) -> TopicMetadata:
+    doc = json.loads(raw)
+    return TopicMetadata(
+        topic=topic,
+        generation=int(doc["generation"]),
+        properties=dict(doc.get("properties", {})),
+        topic_uuid=bytes.fromhex(doc.get("topic_uuid", "")),
+        created_ms=int(doc.get("created_ms", 0)),
+    )
+
+
+def new_metadata(
+    topic: TopicId, previous_generation: int, props: dict[str, str], now_ms: int
+) -> TopicMetadata:
+    # A deleted topic's generation is negated; the next one continues from its magnitude.
+    return TopicMetadata(topic, abs(previous_generation) + 1, props, uuid.uuid4().bytes, now_ms)
+
+
+@dataclass(slots=True)
+class OpenTxRow:
+    base_offset: int
+    write_pointer: int
+
+
+@dataclass(slots=True)
+class TopicState:
+    """What the writer needs to append to a topic, and readers need to bound their scans.
+
+    Only the writer thread changes ``next_offset``, ``last_ts`` and ``last_seq``; readers
+    read them (single attribute reads are atomic under the GIL)."""
+
+    metadata: TopicMetadata
+    msg_prefix: bytes
+    payload_prefix: bytes
+    index_prefix: bytes
+    next_offset: int = 0  # the writer's: includes rows not yet durable
+    visible_offset: int = 0  # readers': advanced once the rows are on disk
+    last_ts: int = 0
+    last_seq: int = -1
+    last_payload_ts: int = 0
+    last_payload_seq: int = -1
+    stored_counts: dict[int, int] = field(default_factory=dict)  # wp -> PayloadTable rows
+    published_refs: set[int] = field(default_factory=set)  # wps already made visible
+    open_tx_rows: list[OpenTxRow] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def topic(self) -> TopicId:
+        return self.metadata.topic
+
+    @property
+    def ttl_ms(self) -> int | None:
+        return self.metadata.ttl_ms
+
+
+def load_state(backend: Backend, md: TopicMetadata, tx_floor_ms: int | None) -> TopicState:
+    """Rebuild a topic's writer state from its last row (and the janitor's checkpoint)."""
+    t, gen = md.topic, md.generation
+    st = TopicState(
+        metadata=md,
+        msg_prefix=keys.data_prefix(keys.MESSAGE, t, gen),
+        payload_prefix=keys.data_prefix(keys.PAYLOAD, t, gen),
+        index_prefix=keys.data_prefix(keys.OFFSET_INDEX, t, gen),
+    )
+    raw = backend.get(keys.checkpoint_key(t))
+    if raw:
+        doc = json.loads(raw)
+        if doc.get("generation") == gen:
+            st.next_offset = doc["next_offset"]
+            st.last_ts, st.last_seq = doc["last_ts"], doc["last_seq"]
+    plen = len(st.msg_prefix)
+    for key, value in backend.scan(st.msg_prefix, keys.prefix_end(st.msg_prefix), reverse=True):
+        ts, seq = keys.MESSAGE_SUFFIX.unpack_from(key, plen)
+        _, base, count, *_ = keys.decode_row(value)
+        if (ts, seq) > (st.last_ts, st.last_seq):
+            st.last_ts, st.last_seq = ts, seq
+        st.next_offset = max(st.next_offset, base + count)
+        break
+    for key, _ in backend.scan(st.payload_prefix, keys.prefix_end(st.payload_prefix), reverse=True):
+        _, wts, pseq = keys.PAYLOAD_SUFFIX.unpack_from(key, plen)
+        st.last_payload_ts, st.last_payload_seq = wts, pseq
+        break
+    if tx_floor_ms is not None:
+        # Rows of transactions still in progress bound the last stable offset. A row is
+        # published after its transaction started, so scanning from that time finds them.
+        start = st.msg_prefix + keys.MESSAGE_SUFFIX.pack(max(tx_floor_ms, 0), 0)
+        for _, value in backend.scan(start, keys.prefix_end(st.msg_prefix)):
+            _, base, _, wp, *_ = keys.decode_row(value)
+            if wp is not None and wp > 0:
+                st.open_tx_rows.append(OpenTxRow(base, wp))
+    st.visible_offset = st.next_offset
+    return st

@@ -1,0 +1,180 @@
+"""Tephra-style transactions: write pointers from time, snapshots, in-progress and invalid.
+
+The manager is a separate component with durable state of its own; non-transactional
+publishing and reading never call it. Its state changes are persisted through the
+store's writer (``persist``), so they are fsynced and ordered with publishes.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from .backend import Backend, Mutation
+from .errors import TransactionNotInProgress
+from .keys import TX, U64, prefix_end
+
+# Tephra: write pointers are milliseconds times a million, so they carry their start time.
+TX_PER_MS = 1_000_000
+_LAST_WP = TX + b"w"
+_IN_PROGRESS = TX + b"p"
+_INVALID = TX + b"i"
+
+
+class Visibility(enum.Enum):
+    ACCEPT = "accept"
+    SKIP = "skip"
+    HOLD = "hold"
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """A snapshot. ``write_pointer`` is 0 for a read-only snapshot."""
+
+    write_pointer: int
+    read_pointer: int
+    in_progress: frozenset[int]
+    invalid: frozenset[int]
+
+    def visibility(self, entry_wp: int) -> Visibility:
+        """How a transactional reader treats a MessageTable entry with this t column."""
+        if entry_wp < 0:
+            return Visibility.SKIP  # rolled back
+        if entry_wp == self.write_pointer:
+            return Visibility.ACCEPT
+        if entry_wp in self.invalid:
+            return Visibility.SKIP
+        if entry_wp > self.read_pointer or entry_wp in self.in_progress:
+            return Visibility.HOLD
+        return Visibility.ACCEPT
+
+
+class TransactionManager:
+    def __init__(
+        self,
+        backend: Backend,
+        persist: Callable[[Sequence[Mutation]], Future[object]],
+        clock_ms: Callable[[], int],
+        on_finish: Callable[[int], None] | None = None,
+    ) -> None:
+        # persist() queues a durable write and returns its future. It is called under the
+        # lock so writes reach the disk in the order of the transitions, and awaited after
+        # releasing it so that concurrent transitions share one fsync.
+        self._persist = persist
+        self._clock = clock_ms
+        self._on_finish = on_finish
+        self._lock = threading.Lock()
+        self._last_wp = 0
+        self._in_progress: dict[int, int] = {}  # write pointer -> expiry (epoch ms)
+        self._invalid: set[int] = set()
+        self.reload(backend)
+
+    def reload(self, backend: Backend) -> None:
+        with self._lock:
+            raw = backend.get(_LAST_WP)
+            self._last_wp = U64.unpack(raw)[0] if raw else 0
+            self._in_progress = {
+                U64.unpack_from(k, 2)[0]: U64.unpack(v)[0]
+                for k, v in backend.scan(_IN_PROGRESS, prefix_end(_IN_PROGRESS))
+            }
+            self._invalid = {
+                U64.unpack_from(k, 2)[0] for k, _ in backend.scan(_INVALID, prefix_end(_INVALID))
+            }
+
+    # --- transitions ----------------------------------------------------------------------
+    def start(self, timeout_s: float = 30.0) -> Transaction:
+        self.expire()
+        with self._lock:
+            now = self._clock()
+            wp = max(self._last_wp + 1, now * TX_PER_MS)
+            expiry = now + int(timeout_s * 1000)
+            tx = Transaction(
+                wp, self._last_wp, frozenset(self._in_progress), frozenset(self._invalid)
+            )
+            self._last_wp = wp
+            self._in_progress[wp] = expiry
+            done = self._persist(
+                [(_LAST_WP, U64.pack(wp)), (_IN_PROGRESS + U64.pack(wp), U64.pack(expiry))]
+            )
+        done.result()
+        return tx
+
+    def commit(self, tx: Transaction | int) -> None:
+        wp = _wp(tx)
+        with self._lock:
+            if wp not in self._in_progress:
+                raise TransactionNotInProgress(wp)
+            del self._in_progress[wp]
+            done = self._persist([(_IN_PROGRESS + U64.pack(wp), None)])
+        done.result()
+        self._finished(wp)
+
+    def abort(self, tx: Transaction | int) -> None:
+        """End a transaction without committing. Its entries stay invisible to transactional
+        readers for good: the write pointer joins the invalid list (whether or not the client
+        rolled its messages back), because an entry whose pointer is neither in progress nor
+        invalid would read as committed."""
+        wp = _wp(tx)
+        with self._lock:
+            if wp not in self._in_progress:
+                raise TransactionNotInProgress(wp)
+            done = self._invalidate_locked(wp)
+        done.result()
+        self._finished(wp)
+
+    def invalidate(self, write_pointer: int) -> bool:
+        """Move a transaction to the invalid list; False if it already was invalid."""
+        with self._lock:
+            if write_pointer in self._invalid:
+                return False
+            done = self._invalidate_locked(write_pointer)
+        done.result()
+        self._finished(write_pointer)
+        return True
+
+    def _invalidate_locked(self, wp: int) -> Future[object]:
+        self._in_progress.pop(wp, None)
+        self._invalid.add(wp)
+        return self._persist([(_IN_PROGRESS + U64.pack(wp), None), (_INVALID + U64.pack(wp), b"")])
+
+    def expire(self) -> list[int]:
+        """Invalidate every in-progress transaction past its timeout."""
+        now = self._clock()
+        with self._lock:
+            expired = [wp for wp, expiry in self._in_progress.items() if expiry < now]
+            pending = [self._invalidate_locked(wp) for wp in expired]
+        for done in pending:
+            done.result()
+        for wp in expired:
+            self._finished(wp)
+        return expired
+
+    def _finished(self, wp: int) -> None:
+        if self._on_finish is not None:
+            self._on_finish(wp)
+
+    # --- queries --------------------------------------------------------------------------
+    def snapshot(self) -> Transaction:
+        """A fresh read-only view: everything committed so far is visible."""
+        with self._lock:
+            return Transaction(
+                0, self._last_wp, frozenset(self._in_progress), frozenset(self._invalid)
+            )
+
+    def is_in_progress(self, wp: int) -> bool:
+        return wp in self._in_progress
+
+    def in_progress(self) -> dict[int, int]:
+        with self._lock:
+            return dict(self._in_progress)
+
+    def invalid(self) -> list[int]:
+        with self._lock:
+            return sorted(self._invalid)
+
+
+def _wp(tx: Transaction | int) -> int:
+    return tx if isinstance(tx, int) else tx.write_pointer
