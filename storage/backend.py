@@ -30,17 +30,20 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def open_backend(url: str) -> Backend:
-    """``leveldb:///abs/path`` or ``leveldb://./relative``; ``hbase://host:port`` later."""
+def open_backend(url: str, snapshot: bool = False) -> Backend:
+    """``leveldb:///abs/path`` or ``leveldb://./relative``; ``hbase://host:port`` later.
+
+    With ``snapshot``, open a private point-in-time copy instead, so tools can look at a
+    store that a running gateway holds locked."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise StorageError(f"store URL {url!r} has no scheme; try leveldb:///path/to/dir")
     if scheme == "leveldb":
         if not rest:
             raise StorageError(f"store URL {url!r} has no path")
-        from .leveldb import LevelDBBackend
+        from .leveldb import LevelDBBackend, snapshot_copy
 
-        return LevelDBBackend(rest)
+        return LevelDBBackend(snapshot_copy(rest) if snapshot else rest, temporary=snapshot)
     if scheme == "hbase":
         raise StorageError(
             "the HBase backend is not part of this build; use leveldb:///path for now"

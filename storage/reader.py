@@ -18,6 +18,7 @@ from .topics import TopicState
 from .transactions import Transaction, Visibility
 
 _MESSAGE_ID = keys.MESSAGE_SUFFIX  # the first 10 bytes of an id are the row suffix
+_TS = keys.U64.unpack_from
 
 
 @dataclass(slots=True)
@@ -78,7 +79,23 @@ def read(
     held = False
     skip_off, skip_id, skip_eq = start.skip_below_offset, start.skip_until_id, start.skip_equal
     decode = keys.decode_row
+    head = keys.ROW_HEAD.unpack_from
+    plain = keys.F_PAYLOAD
+    new_id = MessageId.trusted
+    zeros = bytes(10)
     for key, value in backend.scan(begin, keys.prefix_end(prefix)):
+        flags, base, count = head(value)
+        if flags == plain and skip_id is None and base >= skip_off:
+            # The common row: a non-transactional message with only a payload.
+            payload = value[13:]
+            out.append(
+                Message(new_id(key[plen:] + zeros), payload, base, _TS(key, plen)[0], None, None)
+            )
+            size += len(payload)
+            resume = base + 1
+            if len(out) >= max_messages or (max_bytes is not None and size >= max_bytes):
+                break
+            continue
         flags, base, count, wp, msg_ttl, meta, payload = decode(value)
         end = base + count
         if end <= skip_off:
@@ -97,7 +114,7 @@ def read(
             continue
         suffix = key[plen:]
         if flags & (keys.F_PAYLOAD | keys.F_NULL):
-            mid = MessageId(suffix + b"\x00" * 10)
+            mid = new_id(suffix + zeros)
             if (skip_id is not None) and (mid < skip_id or (skip_eq and mid == skip_id)):
                 resume = end
                 continue
@@ -149,5 +166,7 @@ def _payload_messages(
     offset = base
     for key, value in backend.scan(prefix, keys.prefix_end(prefix)):
         _, _, _, _, _, meta, payload = keys.decode_row(value)
-        yield Message(MessageId(row_suffix + key[plen:]), payload, offset, publish_ts, wp, meta)
+        yield Message(
+            MessageId.trusted(row_suffix + key[plen:]), payload, offset, publish_ts, wp, meta
+        )
         offset += 1

@@ -63,9 +63,11 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def open_store(url: str, **options: object) -> Store:
-    """Open (creating if missing) the store at ``url``, e.g. ``leveldb:///var/lib/tms``."""
-    return Store(open_backend(url), **options)  # type: ignore[arg-type]
+def open_store(url: str, *, snapshot: bool = False, **options: object) -> Store:
+    """Open (creating if missing) the store at ``url``, e.g. ``leveldb:///var/lib/tms``.
+
+    ``snapshot=True`` opens a throwaway point-in-time copy (for inspection tools)."""
+    return Store(open_backend(url, snapshot=snapshot), **options)  # type: ignore[arg-type]
 
 
 class Store:
