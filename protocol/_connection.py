@@ -198,7 +198,8 @@ def response_class(api_key: int, api_version: int) -> type[ApiMessage]:
     return cls[api_version]
 
 
-def encode_response(correlation_id: int, response: ApiMessage) -> list[bytes]:
+def encode_response(correlation_id: int, response: ApiMessage) -> list[bytes | bytearray]:
     """Frame a response (header version picked by the library) -> chunks for writelines."""
     response.with_header(correlation_id=correlation_id)
-    return [bytes(response.encode(header=True, framed=True))]
+    # encode() returns a fresh bytearray (a slice of its pooled buffer): safe to keep.
+    return [response.encode(header=True, framed=True)]

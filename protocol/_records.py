@@ -115,9 +115,7 @@ def decode_batch(raw: memoryview | bytes) -> ProducedBatch:
     if not batch.validate_crc():
         raise CorruptRecords("record batch CRC does not match its contents")
     if count <= 0 or last_offset_delta != count - 1:
-        raise InvalidRecords(
-            f"batch has {count} records but last offset delta {last_offset_delta}"
-        )
+        raise InvalidRecords(f"batch has {count} records but last offset delta {last_offset_delta}")
     try:
         records = list(batch)
     except Exception as exc:  # codec errors come in many types (zstd, lz4, gzip, ...)

@@ -338,6 +338,9 @@ public final class KafkaCompat {
             while (count < n && System.nanoTime() < deadline) {
                 ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(250));
                 for (ConsumerRecord<byte[], byte[]> r : records) {
+                    if (count >= n) {
+                        break; // print exactly n; "position" below shows how far the consumer got
+                    }
                     out("{\"offset\":" + r.offset() + ",\"partition\":" + r.partition()
                             + ",\"key\":" + q(r.key()) + ",\"value\":" + q(r.value())
                             + ",\"headers\":" + headersJson(r.headers())

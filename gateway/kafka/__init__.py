@@ -1,1 +1,8 @@
+"""The Kafka wire gateway: an asyncio listener, one handler per Kafka API, the store below."""
 
+from .broker import Broker
+from .config import GatewayConfig
+from .server import KafkaServer
+from .service import serve
+
+__all__ = ["Broker", "GatewayConfig", "KafkaServer", "serve"]

@@ -1,0 +1,114 @@
+"""Shared helpers for the compat suite (no gateway imports: everything goes over sockets).
+
+Record fixtures are deterministic so every client produces and checks the same shapes:
+record i has key b"k-<i>", value b"v-<i>-<tag>-<compressible padding>" and headers
+("idx", b"<i>"), ("hk", b"hv-<i>").
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import pytest
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+# Bounds (seconds) used by every client wrapper so a hang fails fast.
+PRODUCE_TIMEOUT_S = 20.0
+CONSUME_TIMEOUT_S = 20.0
+ADMIN_TIMEOUT_S = 20.0
+
+IN_CI = bool(os.environ.get("CI"))
+
+
+@dataclass(frozen=True)
+class Rec:
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = field(default_factory=tuple)
+
+
+def value_for(i: int, tag: str, size: int = 120) -> bytes:
+    head = f"v-{i}-{tag}-"
+    unit = f"lorem ipsum dolor sit amet {i % 7} "
+    body = (head + unit * (size // len(unit) + 1))[: max(size, len(head))]
+    return body.encode()
+
+
+def make_records(n: int, tag: str, start: int = 0, size: int = 120) -> list[Rec]:
+    return [
+        Rec(
+            key=f"k-{i}".encode(),
+            value=value_for(i, tag, size),
+            headers=(("idx", str(i).encode()), ("hk", f"hv-{i}".encode())),
+        )
+        for i in range(start, start + n)
+    ]
+
+
+def assert_same_records(got: list[Rec], expected: list[Rec], what: str = "records") -> None:
+    """Compare consumed records with the produced ones, reporting the first difference."""
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g == e, f"{what}: first difference at position {i}:\n  got      {g!r}\n  expected {e!r}"
+    assert len(got) == len(expected), (
+        f"{what}: got {len(got)} records, expected {len(expected)}"
+        + (f"; first extra {got[len(expected)]!r}" if len(got) > len(expected) else "")
+    )
+
+
+def assert_dense_offsets(offsets: Iterable[int], start: int, n: int, what: str = "offsets") -> None:
+    offsets = list(offsets)
+    assert offsets == list(range(start, start + n)), (
+        f"{what} are not dense {start}..{start + n - 1}: got {offsets[:20]}"
+        + ("..." if len(offsets) > 20 else "")
+    )
+
+
+def wait_until(pred: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as exc:  # noqa: BLE001 - reported below
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last error: {last_exc!r}")
+        time.sleep(interval)
+
+
+def require_tool(name: str, why: str = "") -> str:
+    """Path of an executable; FAIL when missing under CI (CI env var set), skip locally."""
+    path = shutil.which(name)
+    if path is None:
+        msg = f"{name} not found on PATH{': ' + why if why else ''}"
+        if IN_CI:
+            pytest.fail(msg + " (CI is set: compat tools must be installed)", pytrace=False)
+        pytest.skip(msg)
+    return path
+
+
+def unavailable(msg: str) -> None:
+    """A third-party client cannot run here: fail under CI, skip locally."""
+    if IN_CI:
+        pytest.fail(msg + " (CI is set, so this is a failure rather than a skip)", pytrace=False)
+    pytest.skip(msg)
+
+
+def sleep_past_ms_boundary(pause_s: float = 0.05) -> int:
+    """Sleep a little, return the current epoch-ms, sleep a little more.
+
+    Used for timestamp lookups: everything produced before the call has a timestamp strictly
+    below the returned value and everything produced after it one at or above it, whether the
+    broker keeps the client's CreateTime or stamps LogAppendTime (same clock on this host).
+    """
+    time.sleep(pause_s)
+    ts = int(time.time() * 1000)
+    time.sleep(pause_s)
+    return ts

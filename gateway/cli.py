@@ -1,0 +1,172 @@
+"""``tmsgate`` command line. ``tmsgate serve`` runs the Kafka gateway over a store.
+
+Every flag can also come from the environment (TMSGATE_STORE, TMSGATE_KAFKA_LISTEN,
+...), which is how containers configure it; a flag on the command line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+DEFAULT_STORE = "leveldb://./data"
+DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
+log = logging.getLogger("tmsgate")
+
+
+def parse_address(text: str, what: str = "address") -> tuple[str, int]:
+    """``host:port``, ``:port`` (all interfaces) or ``[v6addr]:port``."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"{what} must be host:port, got {text!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    number = int(port)
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"port {number} is out of range")
+    return host, number
+
+
+def _env(name: str, default: str | None) -> str | None:
+    return os.environ.get(name, default)
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tmsgate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the Kafka gateway")
+    s.add_argument(
+        "--store",
+        default=_env("TMSGATE_STORE", DEFAULT_STORE),
+        help="store URL, e.g. leveldb:///var/lib/tmsgate (env TMSGATE_STORE)",
+    )
+    s.add_argument(
+        "--kafka-listen",
+        default=_env("TMSGATE_KAFKA_LISTEN", DEFAULT_KAFKA_LISTEN),
+        help="host:port of the Kafka listener (env TMSGATE_KAFKA_LISTEN)",
+    )
+    s.add_argument(
+        "--kafka-advertised",
+        default=_env("TMSGATE_KAFKA_ADVERTISED", None),
+        help="host:port clients are told to connect to (default: the listen "
+        "address) (env TMSGATE_KAFKA_ADVERTISED)",
+    )
+    s.add_argument(
+        "--namespace",
+        default=_env("TMSGATE_NAMESPACE", "default"),
+        help="TMS namespace holding the Kafka topics (env TMSGATE_NAMESPACE)",
+    )
+    s.add_argument(
+        "--metrics-listen",
+        default=_env("TMSGATE_METRICS_LISTEN", None),
+        help="host:port for Prometheus /metrics; off unless given (env TMSGATE_METRICS_LISTEN)",
+    )
+    s.add_argument(
+        "--auto-create-topics",
+        action=argparse.BooleanOptionalAction,
+        default=_env_bool("TMSGATE_AUTO_CREATE_TOPICS", True),
+        help="Kafka's auto.create.topics.enable (env TMSGATE_AUTO_CREATE_TOPICS)",
+    )
+    s.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=int(_env("TMSGATE_MAX_REQUEST_BYTES", str(100 << 20)) or 0),
+        help="largest request accepted (Kafka's socket.request.max.bytes)",
+    )
+    s.add_argument(
+        "--idle-timeout-ms",
+        type=int,
+        default=int(_env("TMSGATE_IDLE_TIMEOUT_MS", "600000") or 0),
+        help="close connections idle this long (connections.max.idle.ms)",
+    )
+    s.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=int(_env("TMSGATE_MAX_MESSAGE_BYTES", "1048588") or 0),
+        help="default max.message.bytes of topics",
+    )
+    s.add_argument(
+        "--log-level",
+        default=_env("TMSGATE_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING, ... (env TMSGATE_LOG_LEVEL)",
+    )
+    return parser
+
+
+def _config(args: argparse.Namespace) -> object:
+    from tmsgate.gateway.kafka import GatewayConfig
+
+    host, port = parse_address(args.kafka_listen, "--kafka-listen")
+    adv_host = adv_port = None
+    if args.kafka_advertised:
+        adv_host, adv_port = parse_address(args.kafka_advertised, "--kafka-advertised")
+    return GatewayConfig(
+        host=host,
+        port=port,
+        advertised_host=adv_host,
+        advertised_port=adv_port,
+        namespace=args.namespace,
+        auto_create_topics=args.auto_create_topics,
+        max_request_bytes=args.max_request_bytes,
+        idle_timeout_s=args.idle_timeout_ms / 1000,
+        default_max_message_bytes=args.max_message_bytes,
+    )
+
+
+def _run(coro: object) -> None:
+    try:
+        import uvloop
+    except ImportError:  # optional: the stdlib loop works, only slower
+        asyncio.run(coro)  # type: ignore[arg-type]
+        return
+    uvloop.run(coro)  # type: ignore[arg-type]
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    from tmsgate.gateway.kafka import serve
+
+    try:
+        config = _config(args)
+        metrics = (
+            parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else None
+        )
+    except argparse.ArgumentTypeError as exc:
+        log.error("%s", exc)
+        return 2
+    try:
+        _run(serve(config, args.store, metrics_listen=metrics))  # type: ignore[arg-type]
+    except OSError as exc:
+        log.error("cannot serve: %s", exc)
+        return 1
+    except Exception as exc:  # e.g. the store cannot be opened: say so, no traceback
+        if type(exc).__module__.startswith("tmsgate.storage"):
+            log.error("cannot open store %s: %s", args.store, exc)
+            return 1
+        raise
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=str(args.log_level).upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.command == "serve":
+        return serve_command(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

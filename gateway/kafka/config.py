@@ -1,0 +1,131 @@
+"""Gateway settings (the listener, limits, Kafka defaults) and the topic config mapping.
+
+Kafka topic configs live in the store's topic properties: ``retention.ms`` becomes the
+store's own ``ttl`` (seconds, rounded up) so the store expires messages itself; the
+others are kept verbatim under their Kafka names.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tmsgate.protocol import DEFAULT_MAX_FRAME_BYTES
+
+RETENTION_MS = "retention.ms"
+MAX_MESSAGE_BYTES = "max.message.bytes"
+TIMESTAMP_TYPE = "message.timestamp.type"
+TOPIC_CONFIGS = (RETENTION_MS, MAX_MESSAGE_BYTES, TIMESTAMP_TYPE)
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's default max.message.bytes
+_TTL = "ttl"
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None  # what Metadata tells clients; default: host
+    advertised_port: int | None = None
+    namespace: str = "default"
+    auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
+    max_request_bytes: int = DEFAULT_MAX_FRAME_BYTES  # socket.request.max.bytes
+    idle_timeout_s: float = 600.0  # connections.max.idle.ms
+    max_in_flight_per_connection: int = 32
+    io_threads: int = 16  # executor for blocking store calls
+    default_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    fetch_max_wait_cap_ms: int = 30_000  # no long poll outlives this, whatever asked
+    shutdown_grace_s: float = 30.0
+    cluster_id: str = "tmsgate"
+    node_id: int = 0
+
+
+class InvalidConfig(ValueError):
+    """A Kafka config name or value tmsgate cannot honour (INVALID_CONFIG)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """The Kafka view of one topic's properties."""
+
+    retention_ms: int  # -1: forever
+    max_message_bytes: int
+    log_append_time: bool
+    explicit: frozenset[str]  # which configs were set rather than defaulted
+
+    def value(self, name: str) -> str:
+        if name == RETENTION_MS:
+            return str(self.retention_ms)
+        if name == MAX_MESSAGE_BYTES:
+            return str(self.max_message_bytes)
+        if name == TIMESTAMP_TYPE:
+            return TIMESTAMP_TYPES[self.log_append_time]
+        raise InvalidConfig(f"unknown topic config {name!r}")
+
+
+def topic_config(properties: dict[str, str], default_max_message_bytes: int) -> TopicConfig:
+    explicit = set()
+    retention = -1
+    ttl = int(properties.get(_TTL, "0") or 0)
+    if ttl > 0:
+        explicit.add(RETENTION_MS)
+        retention = ttl * 1000
+        # Keep the exact millisecond value the client set if it still agrees with ttl
+        # (the store's HTTP API may have changed ttl since).
+        kept = properties.get(RETENTION_MS)
+        if kept is not None and kept.lstrip("-").isdigit() and _ttl_seconds(int(kept)) == ttl:
+            retention = int(kept)
+    max_bytes = default_max_message_bytes
+    if MAX_MESSAGE_BYTES in properties:
+        explicit.add(MAX_MESSAGE_BYTES)
+        max_bytes = int(properties[MAX_MESSAGE_BYTES])
+    ts_type = properties.get(TIMESTAMP_TYPE, "CreateTime")
+    if TIMESTAMP_TYPE in properties:
+        explicit.add(TIMESTAMP_TYPE)
+    return TopicConfig(retention, max_bytes, ts_type == "LogAppendTime", frozenset(explicit))
+
+
+def _ttl_seconds(retention_ms: int) -> int:
+    return 0 if retention_ms < 0 else max(1, math.ceil(retention_ms / 1000))
+
+
+def validate(name: str, value: str | None) -> str | None:
+    """Check one Kafka config value; returns its normalised form (None = reset to default)."""
+    if name not in TOPIC_CONFIGS:
+        raise InvalidConfig(
+            f"config {name!r} is not supported; tmsgate topics support {', '.join(TOPIC_CONFIGS)}"
+        )
+    if value is None:
+        return None
+    value = value.strip()
+    if name == TIMESTAMP_TYPE:
+        if value not in TIMESTAMP_TYPES:
+            raise InvalidConfig(f"{name} must be CreateTime or LogAppendTime, got {value!r}")
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidConfig(f"{name} must be an integer, got {value!r}") from None
+    if name == RETENTION_MS and (number < -1 or number == 0):
+        raise InvalidConfig(f"{name} must be -1 (forever) or a positive number of ms")
+    if name == MAX_MESSAGE_BYTES and number < 0:
+        raise InvalidConfig(f"{name} must be >= 0")
+    return str(number)
+
+
+def apply_configs(properties: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    """New store properties after setting (value) or resetting (None) Kafka configs."""
+    props = dict(properties)
+    for name, raw in changes.items():
+        value = validate(name, raw)
+        if name == RETENTION_MS:
+            props.pop(RETENTION_MS, None)
+            props.pop(_TTL, None)
+            if value is not None and int(value) > 0:
+                props[_TTL] = str(_ttl_seconds(int(value)))
+                props[RETENTION_MS] = value
+        elif value is None:
+            props.pop(name, None)
+        else:
+            props[name] = value
+    return props

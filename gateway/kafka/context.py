@@ -1,0 +1,40 @@
+"""What a handler sees: the broker (shared state) and this request's details."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tmsgate.protocol import Request, response_class
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: Broker
+    request: Request
+    peer: str
+    # Set when the next pipelined request on this connection may start. The driver
+    # sets it when the handler returns; a handler sets it earlier (release()) once the
+    # order-sensitive part is done, e.g. a produce after submitting its writes, so the
+    # next request overlaps with this one's fsync. Responses still go out in order.
+    turn: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def version(self) -> int:
+        return self.request.api_version
+
+    def release(self) -> None:
+        self.turn.set()
+
+    def response(self, **fields: Any) -> Any:
+        """This request's response class, at the request's version, with these fields."""
+        return response_class(self.request.api_key, self.version)(**fields)
+
+
+class CloseConnection(Exception):
+    """Raised by a handler when Kafka would drop the connection instead of answering
+    (for example an acks=0 produce that fails: the client has no other way to learn)."""

@@ -1,0 +1,492 @@
+"""The group coordinator of one gateway: membership (``Rebalancer``), committed offsets
+(``Offsets``) and the operator APIs, over state loaded from the store.
+
+The gateway is the coordinator of every group. ``coordinator_for(broker)`` creates it
+on first use and caches it per Broker; it loads the durable state (group records and
+committed offsets) before answering its first request. Groups that had members when
+the gateway stopped come back Stable with the same generation and assignment, so
+their members carry on heartbeating; a member that does not come back expires after
+its session timeout like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .codec import (
+    GROUPS_AREA,
+    OFFSETS_AREA,
+    CorruptState,
+    decode_group,
+    decode_offset,
+    group_key,
+    parse_offset_key,
+)
+from .config import GroupConfig, from_env
+from .errors import GroupError, GroupErrorCode
+from .model import CONSUMER_PROTOCOL, Group, JoinResult, Member, SyncResult
+from .offsets import NO_OFFSET, FetchedOffset, OffsetCommit, Offsets, TopicPartition
+from .rebalance import JoinRequest, Rebalancer, SyncRequest
+from .state import DEAD, EMPTY, PROCEED, STABLE, GroupState, Op, outcome
+from .writer import StateWriter
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger("tmsgate.kafka.groups")
+E = GroupErrorCode
+WATCH_INTERVAL_S = 0.25
+CLASSIC = "classic"  # ListGroups v5 group type
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSummary:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    group_id: str
+    state: GroupState
+    protocol_type: str
+    protocol_data: str
+    members: tuple[MemberSummary, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: GroupState
+
+
+class GroupCoordinator:
+    def __init__(self, broker: Broker, config: GroupConfig) -> None:
+        self.broker = broker
+        self.config = config
+        self.writer = StateWriter(broker)
+        self.rebalancer = Rebalancer(broker, config, self.writer)
+        self.offsets = Offsets(broker, self.writer, config.offset_metadata_max_bytes)
+        self._loading: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self.closed = False
+
+    @property
+    def groups(self) -> dict[str, Group]:
+        return self.rebalancer.groups
+
+    # --- life cycle ---------------------------------------------------------------------
+    async def ready(self) -> None:
+        """Load the durable state once; concurrent first requests wait for the same load."""
+        if self.closed:
+            raise GroupError(E.NOT_COORDINATOR, "the gateway is shutting down")
+        if self._loading is None:
+            self._loading = asyncio.get_running_loop().create_task(self._load())
+        try:
+            await asyncio.shield(self._loading)
+        except Exception as exc:
+            self._loading = None  # retry on the next request
+            log.error("loading consumer groups failed: %s", exc)
+            raise GroupError(E.COORDINATOR_NOT_AVAILABLE, f"loading groups failed: {exc}") from exc
+        if self.closed:
+            raise GroupError(E.NOT_COORDINATOR, "the gateway is shutting down")
+
+    async def _load(self) -> None:
+        started = time.perf_counter()
+        store = self.broker.store
+        records = await self.broker.run(store.scan_state, GROUPS_AREA)
+        rows = await self.broker.run(store.scan_state, OFFSETS_AREA)
+        for key, raw in rows:
+            try:
+                group_id, topic, partition = parse_offset_key(key)
+                self.offsets.load(group_id, topic, partition, decode_offset(raw))
+            except CorruptState as exc:
+                log.error("skipping committed offset %r: %s", key, exc)
+        for key, raw in records:
+            try:
+                self._restore(decode_group(_unquote(key), raw))
+            except CorruptState as exc:
+                log.error("skipping group record %r: %s", key, exc)
+        for group_id in self.offsets.group_ids():
+            self.groups.setdefault(group_id, Group(group_id))
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        active = sum(1 for g in self.groups.values() if g.members)
+        log.info(
+            "loaded %d consumer groups (%d with members) and %d committed offsets in %.0f ms",
+            len(self.groups),
+            active,
+            len(rows),
+            (time.perf_counter() - started) * 1000,
+        )
+
+    def _restore(self, record: object) -> None:
+        from .codec import GroupRecord
+
+        assert isinstance(record, GroupRecord)
+        group = Group(
+            record.group_id,
+            generation=record.generation,
+            protocol_type=record.protocol_type,
+            protocol_name=record.protocol_name,
+            state_ms=record.state_ms,
+        )
+        for m in record.members:
+            group.add(
+                Member(
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.session_timeout_ms,
+                    m.rebalance_timeout_ms,
+                    record.protocol_type or "",
+                    ((record.protocol_name or "", m.metadata),),
+                    assignment=m.assignment,
+                )
+            )
+        group.leader_id = record.leader_id if record.leader_id in group.members else group.leader_id
+        group.state = STABLE if group.members else EMPTY
+        self.groups[group.group_id] = group
+        for member in group.members.values():
+            self.rebalancer._schedule_expiry(group, member)
+
+    async def _watch(self) -> None:
+        """Notice the gateway shutting down, and remove empty groups now and then."""
+        interval = self.config.cleanup_interval_ms / 1000
+        next_cleanup = time.monotonic() + interval
+        while not self.closed:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            if self.broker.closing:
+                self.shutdown()
+                return
+            if interval > 0 and time.monotonic() >= next_cleanup:
+                next_cleanup = time.monotonic() + interval
+                self.cleanup()
+
+    def cleanup(self) -> list[str]:
+        """Kafka's periodic cleanup: empty groups with no committed offsets go away."""
+        gone = [
+            g
+            for g in self.groups.values()
+            if g.state is EMPTY and g.is_empty and not self.offsets.has_offsets(g.group_id)
+        ]
+        for group in gone:
+            fut = self._delete(group)
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        if gone:
+            log.info("removed %d empty groups without committed offsets", len(gone))
+        return [g.group_id for g in gone]
+
+    def shutdown(self) -> None:
+        """Answer every waiting JoinGroup/SyncGroup with NOT_COORDINATOR (the clients find
+        the coordinator again, i.e. this gateway once it is back) and stop all timers."""
+        if self.closed:
+            return
+        self.closed = True
+        for group in self.groups.values():
+            self.rebalancer.cancel_timers(group)
+            for member in group.members.values():
+                member.answer_join(JoinResult(E.NOT_COORDINATOR, member.member_id))
+                member.answer_sync(SyncResult(E.NOT_COORDINATOR))
+        if self._watcher is not None and self._watcher is not _current_task():
+            self._watcher.cancel()
+        log.info("group coordinator stopped (%d groups)", len(self.groups))
+
+    async def close(self) -> None:
+        """shutdown(), then wait for queued state writes."""
+        self.shutdown()
+        with contextlib.suppress(Exception):
+            await self.writer.flush()
+
+    # --- membership ---------------------------------------------------------------------
+    async def join(self, req: JoinRequest) -> JoinResult:
+        try:
+            await self.ready()
+        except GroupError as exc:
+            return JoinResult(exc.code, req.member_id, message=str(exc))
+        return await self.rebalancer.join(req)
+
+    async def sync(self, req: SyncRequest) -> SyncResult:
+        try:
+            await self.ready()
+        except GroupError as exc:
+            return SyncResult(exc.code, message=str(exc))
+        return await self.rebalancer.sync(req)
+
+    async def heartbeat(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int
+    ) -> tuple[GroupErrorCode, str | None]:
+        try:
+            await self.ready()
+        except GroupError as exc:
+            return exc.code, str(exc)
+        return self.rebalancer.heartbeat(group_id, member_id, instance_id, generation)
+
+    async def leave(
+        self, group_id: str, leaving: list[tuple[str, str | None]]
+    ) -> tuple[GroupErrorCode, list[GroupErrorCode]]:
+        try:
+            await self.ready()
+        except GroupError as exc:
+            return exc.code, [exc.code for _ in leaving]
+        return self.rebalancer.leave(group_id, leaving)
+
+    # --- offsets ------------------------------------------------------------------------
+    async def commit(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        items: list[OffsetCommit],
+    ) -> dict[TopicPartition, GroupErrorCode]:
+        """OffsetCommit: per-partition error codes (NONE once fsynced)."""
+        try:
+            await self.ready()
+        except GroupError as exc:
+            return {(i.topic, i.partition): exc.code for i in items}
+        topics = await self.offsets.topics(i.topic for i in items)
+        errors = self.offsets.check(items, topics)
+        for (t, p), code in errors.items():
+            log.info("OffsetCommit group=%r %s-%d: %s", group_id, t, p, code.name)
+        accepted = [i for i in items if (i.topic, i.partition) not in errors]
+        if accepted:
+            code, why = self._may_commit(group_id, generation, member_id, instance_id)
+            if code is not E.NONE:
+                log.info(
+                    "OffsetCommit group=%r member=%s generation=%d: %s: %s",
+                    group_id,
+                    member_id or "-",
+                    generation,
+                    code.name,
+                    why,
+                )
+            else:
+                try:
+                    await self.offsets.store(group_id, accepted, topics)
+                except Exception as exc:
+                    log.error("OffsetCommit group=%r: storing offsets failed: %s", group_id, exc)
+                    code = E.COORDINATOR_NOT_AVAILABLE
+            for i in accepted:
+                errors[(i.topic, i.partition)] = code
+        return {(i.topic, i.partition): errors.get((i.topic, i.partition), E.NONE) for i in items}
+
+    def _may_commit(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> tuple[GroupErrorCode, str]:
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation < 0:  # offsets only: the group exists from now on, empty
+                self.groups[group_id] = Group(group_id)
+                return E.NONE, ""
+            return E.ILLEGAL_GENERATION, f"group {group_id!r} does not exist"
+        if group.fenced(instance_id, member_id):
+            return E.FENCED_INSTANCE_ID, f"instance id {instance_id!r} belongs to another member"
+        if generation < 0 and group.state is EMPTY:
+            return E.NONE, ""
+        member = group.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in the group"
+        if generation != group.generation:
+            return E.ILLEGAL_GENERATION, f"the group's generation is {group.generation}"
+        result = outcome(Op.COMMIT, group.state)
+        if result is not PROCEED:
+            return result, f"the group is {group.state.value}"
+        self.rebalancer._schedule_expiry(group, member)
+        return E.NONE, ""
+
+    async def fetch_offsets(
+        self, group_id: str, topics: list[tuple[str, list[int]]] | None
+    ) -> tuple[GroupErrorCode, list[tuple[str, list[tuple[int, FetchedOffset]]]]]:
+        """OffsetFetch: ``topics`` None means every topic the group has offsets for."""
+        try:
+            await self.ready()
+        except GroupError as exc:
+            return exc.code, []
+        names = None if topics is None else [t for t, _ in topics]
+        live = await self.offsets.live(group_id, names)
+        if topics is None:
+            by_topic: dict[str, list[tuple[int, FetchedOffset]]] = {}
+            for (t, p), c in sorted(live.items()):
+                by_topic.setdefault(t, []).append(
+                    (p, FetchedOffset(c.offset, c.leader_epoch, c.metadata))
+                )
+            return E.NONE, list(by_topic.items())
+        out = []
+        for name, partitions in topics:
+            parts = []
+            for p in partitions:
+                c = live.get((name, p))
+                parts.append(
+                    (
+                        p,
+                        NO_OFFSET
+                        if c is None
+                        else FetchedOffset(c.offset, c.leader_epoch, c.metadata),
+                    )
+                )
+            out.append((name, parts))
+        return E.NONE, out
+
+    async def delete_offsets(
+        self, group_id: str, topics: list[tuple[str, list[int]]]
+    ) -> tuple[GroupErrorCode, dict[TopicPartition, GroupErrorCode]]:
+        """OffsetDelete: refused for partitions of topics a live consumer group reads."""
+        try:
+            await self.ready()
+        except GroupError as exc:
+            return exc.code, {}
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.GROUP_ID_NOT_FOUND, {}
+        infos = await self.offsets.topics(t for t, _ in topics)
+        errors: dict[TopicPartition, GroupErrorCode] = {}
+        wanted: list[TopicPartition] = []
+        for name, partitions in topics:
+            for p in partitions:
+                if infos.get(name) is None or p != 0:
+                    errors[(name, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    wanted.append((name, p))
+        if self.groups.get(group_id) is not group:
+            return E.GROUP_ID_NOT_FOUND, {}
+        if group.state is not EMPTY:
+            if group.protocol_type != CONSUMER_PROTOCOL:
+                return E.NON_EMPTY_GROUP, {}
+            subscribed = group.subscribed_topics()
+            for tp in list(wanted):
+                if subscribed is None or tp[0] in subscribed:
+                    errors[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
+                    wanted.remove(tp)
+        if wanted:
+            try:
+                await asyncio.shield(self.offsets.delete(group_id, wanted))
+                log.info("group %r: deleted offsets of %s", group_id, wanted)
+            except Exception as exc:
+                log.error("OffsetDelete group=%r failed: %s", group_id, exc)
+                errors.update({tp: E.COORDINATOR_NOT_AVAILABLE for tp in wanted})
+        return E.NONE, {**{tp: E.NONE for tp in wanted}, **errors}
+
+    # --- operator APIs ------------------------------------------------------------------
+    async def describe(self, group_id: str) -> GroupSummary | None:
+        await self.ready()
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        stable = group.state is STABLE
+        members = tuple(
+            MemberSummary(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata(group.protocol_name) if stable else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return GroupSummary(
+            group.group_id,
+            group.state,
+            group.protocol_type or "",
+            (group.protocol_name or "") if stable else "",
+            members,
+        )
+
+    async def list(
+        self, states: set[GroupState] | None = None, types: set[str] | None = None
+    ) -> list[ListedGroup]:
+        await self.ready()
+        if types and CLASSIC not in {t.lower() for t in types}:
+            return []
+        return [
+            ListedGroup(g.group_id, g.protocol_type or "", g.state)
+            for g in self.groups.values()
+            if not states or g.state in states
+        ]
+
+    async def delete_groups(self, group_ids: list[str]) -> list[GroupErrorCode]:
+        await self.ready()
+        results: list[GroupErrorCode] = []
+        writes = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None:
+                results.append(E.GROUP_ID_NOT_FOUND)
+            elif group.state is not EMPTY:
+                log.info("DeleteGroups %r: NON_EMPTY_GROUP (%s)", group_id, group.state.value)
+                results.append(E.NON_EMPTY_GROUP)
+            else:
+                writes.append((len(results), self._delete(group)))
+                results.append(E.NONE)
+                log.info("deleted group %r", group_id)
+        for index, fut in writes:
+            try:
+                await asyncio.shield(fut)
+            except Exception as exc:
+                log.error("DeleteGroups %r failed: %s", group_ids[index], exc)
+                results[index] = E.COORDINATOR_NOT_AVAILABLE
+        return results
+
+    def _delete(self, group: Group) -> asyncio.Future[None]:
+        group.transition(DEAD)
+        self.rebalancer.cancel_timers(group)
+        del self.groups[group.group_id]
+        return self.offsets.drop_group(
+            group.group_id, {(GROUPS_AREA, group_key(group.group_id)): None}
+        )
+
+
+def _unquote(key: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(key)
+
+
+def _current_task() -> asyncio.Task[object] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
+# --- one coordinator per Broker -----------------------------------------------------------
+_COORDINATORS: weakref.WeakKeyDictionary[Broker, GroupCoordinator] = weakref.WeakKeyDictionary()
+
+
+def coordinator_for(broker: Broker, config: GroupConfig | None = None) -> GroupCoordinator:
+    """The broker's group coordinator, created (settings from ``config``, else the
+    broker's ``group_config`` attribute if it has one, else the environment) on first use."""
+    coordinator = _COORDINATORS.get(broker)
+    if coordinator is None:
+        config = config or getattr(broker, "group_config", None) or from_env()
+        coordinator = GroupCoordinator(broker, config)
+        _COORDINATORS[broker] = coordinator
+    return coordinator
+
+
+async def start_coordinator(broker: Broker, config: GroupConfig | None = None) -> GroupCoordinator:
+    """Create the coordinator and load the groups now (at gateway start-up) rather than on
+    the first group request, so restored members that never come back expire on time."""
+    coordinator = coordinator_for(broker, config)
+    await coordinator.ready()
+    return coordinator
+
+
+def stop_coordinator(broker: Broker) -> None:
+    """Answer waiting JoinGroup/SyncGroup requests (NOT_COORDINATOR) and stop the timers,
+    so a shutting-down gateway is not held up by long-polling joins."""
+    coordinator = _COORDINATORS.get(broker)
+    if coordinator is not None:
+        coordinator.shutdown()

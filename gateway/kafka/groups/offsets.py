@@ -1,0 +1,224 @@
+"""Committed offsets: the in-memory view, topic checks, and durable writes.
+
+The view holds only what is on disk: a commit enters it after its fsync, from the
+writer's ``on_durable`` callback, so OffsetFetch never returns an offset that a crash
+could lose. Every offset remembers the topic uuid (one per topic generation) it was
+committed against; an offset whose topic is gone or was recreated is not returned and
+is deleted the next time it is seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .codec import (
+    OFFSETS_AREA,
+    CommittedOffset,
+    encode_offset,
+    offset_key,
+    offsets_prefix,
+)
+from .errors import GroupErrorCode
+from .model import now_ms
+from .writer import StateUpdates, StateWriter
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+    from ..topics import TopicInfo
+
+log = logging.getLogger("tmsgate.kafka.groups")
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    """One partition of an OffsetCommit request."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    offset: int = -1
+    leader_epoch: int = -1
+    metadata: str = ""
+    error: GroupErrorCode = GroupErrorCode.NONE
+
+
+NO_OFFSET = FetchedOffset()
+
+
+class Offsets:
+    def __init__(self, broker: Broker, writer: StateWriter, metadata_max_bytes: int) -> None:
+        self._broker = broker
+        self._writer = writer
+        self.metadata_max_bytes = metadata_max_bytes
+        self._view: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+
+    # --- the view -----------------------------------------------------------------------
+    def load(self, group_id: str, topic: str, partition: int, c: CommittedOffset) -> None:
+        self._view.setdefault(group_id, {})[(topic, partition)] = c
+
+    def has_offsets(self, group_id: str) -> bool:
+        return bool(self._view.get(group_id))
+
+    def group_ids(self) -> list[str]:
+        return list(self._view)
+
+    def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+        return dict(self._view.get(group_id, {}))
+
+    def _put(self, group_id: str, tp: TopicPartition, c: CommittedOffset) -> None:
+        self._view.setdefault(group_id, {})[tp] = c
+
+    def _forget(self, group_id: str, tp: TopicPartition, only: CommittedOffset | None) -> None:
+        offsets = self._view.get(group_id)
+        if offsets is None or (only is not None and offsets.get(tp) is not only):
+            return
+        offsets.pop(tp, None)
+        if not offsets:
+            del self._view[group_id]
+
+    # --- topics -------------------------------------------------------------------------
+    async def topics(self, names: Iterable[str]) -> dict[str, TopicInfo | None]:
+        """The current generation of each topic; None for unknown or invalid names."""
+        from ..topics import InvalidTopicName
+
+        out: dict[str, TopicInfo | None] = {}
+        for name in names:
+            if name in out:
+                continue
+            try:
+                out[name] = await self._broker.topics.get(name)
+            except InvalidTopicName:
+                out[name] = None
+        return out
+
+    def check(
+        self, items: list[OffsetCommit], topics: dict[str, TopicInfo | None]
+    ) -> dict[TopicPartition, GroupErrorCode]:
+        """Per-partition errors Kafka finds before asking the group: unknown topics or
+        partitions and oversized metadata."""
+        errors: dict[TopicPartition, GroupErrorCode] = {}
+        for item in items:
+            tp = (item.topic, item.partition)
+            if topics.get(item.topic) is None or item.partition != 0:
+                errors[tp] = GroupErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif item.metadata is not None and (
+                len(item.metadata.encode("utf-8")) > self.metadata_max_bytes
+            ):
+                errors[tp] = GroupErrorCode.OFFSET_METADATA_TOO_LARGE
+        return errors
+
+    # --- writes -------------------------------------------------------------------------
+    async def store(
+        self, group_id: str, items: list[OffsetCommit], topics: dict[str, TopicInfo | None]
+    ) -> None:
+        """Make the commits durable (one fsync, shared with concurrent commits)."""
+        commit_ms = now_ms()
+        rows: list[tuple[TopicPartition, CommittedOffset]] = []
+        for item in items:
+            info = topics[item.topic]
+            assert info is not None
+            c = CommittedOffset(
+                item.offset,
+                item.leader_epoch,
+                item.metadata or "",
+                commit_ms,
+                bytes(info.metadata.topic_uuid),
+            )
+            rows.append(((item.topic, item.partition), c))
+        updates: StateUpdates = {
+            (OFFSETS_AREA, offset_key(group_id, t, p)): encode_offset(c) for (t, p), c in rows
+        }
+
+        def durable() -> None:
+            for tp, c in rows:
+                self._put(group_id, tp, c)
+
+        await asyncio.shield(self._writer.write(updates, durable))
+
+    def delete(self, group_id: str, tps: Iterable[TopicPartition]) -> asyncio.Future[None]:
+        tps = list(tps)
+        updates: StateUpdates = {(OFFSETS_AREA, offset_key(group_id, t, p)): None for t, p in tps}
+
+        def durable() -> None:
+            for tp in tps:
+                self._forget(group_id, tp, None)
+
+        return self._writer.write(updates, durable)
+
+    def drop_group(self, group_id: str, extra: StateUpdates) -> asyncio.Future[None]:
+        """Delete every offset of the group (also ones whose commit is still queued) and
+        the ``extra`` rows, in one write."""
+        prefix = offsets_prefix(group_id)
+
+        def updates(before: StateUpdates) -> StateUpdates:
+            out: StateUpdates = dict(extra)
+            for t, p in self._view.get(group_id, {}):
+                out[(OFFSETS_AREA, offset_key(group_id, t, p))] = None
+            for area, key in before:
+                if area == OFFSETS_AREA and key.startswith(prefix):
+                    out[(area, key)] = None
+            return out
+
+        def durable() -> None:
+            self._view.pop(group_id, None)
+
+        return self._writer.write(updates, durable)
+
+    # --- reads --------------------------------------------------------------------------
+    async def live(
+        self, group_id: str, only_topics: Iterable[str] | None = None
+    ) -> dict[TopicPartition, CommittedOffset]:
+        """The group's offsets whose topic generation still exists; stale ones are
+        deleted in the background."""
+        committed = self.committed(group_id)
+        if only_topics is not None:
+            wanted = set(only_topics)
+            committed = {tp: c for tp, c in committed.items() if tp[0] in wanted}
+        topics = await self.topics(t for t, _ in committed)
+        live: dict[TopicPartition, CommittedOffset] = {}
+        stale: list[tuple[TopicPartition, CommittedOffset]] = []
+        for tp, c in committed.items():
+            info = topics.get(tp[0])
+            if info is not None and bytes(info.metadata.topic_uuid) == c.topic_uuid:
+                live[tp] = c
+            else:
+                stale.append((tp, c))
+        if stale:
+            self._purge(group_id, stale)
+        return live
+
+    def _purge(self, group_id: str, stale: list[tuple[TopicPartition, CommittedOffset]]) -> None:
+        log.info(
+            "group %r: dropping %d committed offsets of deleted or recreated topics: %s",
+            group_id,
+            len(stale),
+            ", ".join(f"{t}-{p}" for (t, p), _ in stale),
+        )
+
+        def updates(before: StateUpdates) -> StateUpdates:
+            # Only rows still holding the stale offset: a commit queued since wins.
+            out: StateUpdates = {}
+            view = self._view.get(group_id, {})
+            for (t, p), c in stale:
+                key = (OFFSETS_AREA, offset_key(group_id, t, p))
+                if view.get((t, p)) is c and key not in before:
+                    out[key] = None
+            return out
+
+        def durable() -> None:
+            for tp, c in stale:
+                self._forget(group_id, tp, c)
+
+        fut = self._writer.write(updates, durable)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())

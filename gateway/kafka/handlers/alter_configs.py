@@ -1,0 +1,92 @@
+"""IncrementalAlterConfigs and the legacy AlterConfigs, for topic configs.
+
+Incremental: SET and DELETE per config (APPEND/SUBTRACT apply to list configs, and
+none of ours is a list). Legacy AlterConfigs replaces the whole set: configs not
+named go back to their defaults, as in Kafka."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import AlterConfigsResponse, IncrementalAlterConfigsResponse
+from tmsgate.protocol import ApiKey, ErrorCode
+
+from ..config import TOPIC_CONFIGS, InvalidConfig, apply_configs
+from ..context import RequestContext
+from ..errors import error_of
+from ..routes import Route
+from ..topics import InvalidTopicName
+
+TOPIC = 2
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_ITEM = {
+    True: IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
+    False: AlterConfigsResponse.AlterConfigsResourceResponse,
+}
+
+
+def _changes_incremental(res: Any) -> dict[str, str | None]:
+    changes: dict[str, str | None] = {}
+    for c in res.configs:
+        if c.config_operation == SET:
+            changes[c.name] = c.value
+        elif c.config_operation == DELETE:
+            changes[c.name] = None
+        elif c.config_operation in (APPEND, SUBTRACT):
+            raise InvalidConfig(f"{c.name} is not a list config: APPEND/SUBTRACT do not apply")
+        else:
+            raise InvalidConfig(f"unknown config operation {c.config_operation}")
+    return changes
+
+
+def _changes_replace(res: Any) -> dict[str, str | None]:
+    changes: dict[str, str | None] = dict.fromkeys(TOPIC_CONFIGS)
+    changes.update({c.name: c.value for c in res.configs})
+    return changes
+
+
+async def _alter(ctx: RequestContext, res: Any, incremental: bool, validate_only: bool) -> Any:
+    if res.resource_type != TOPIC:
+        return ErrorCode.INVALID_REQUEST, "only topic configs can be altered"
+    topics = ctx.broker.topics
+    try:
+        changes = _changes_incremental(res) if incremental else _changes_replace(res)
+        info = await topics.get(res.resource_name)
+        if info is None:
+            return (
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"topic {res.resource_name!r} does not exist",
+            )
+        props = apply_configs(info.metadata.properties, changes)
+        if not validate_only:
+            await topics.update(res.resource_name, props)
+    except InvalidConfig as exc:
+        return ErrorCode.INVALID_CONFIG, str(exc)
+    except InvalidTopicName as exc:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)
+    except Exception as exc:
+        return error_of(exc, f"alter configs of {res.resource_name}")
+    return ErrorCode.NONE, None
+
+
+def _handler(incremental: bool) -> Any:
+    async def handle(ctx: RequestContext, req: Any) -> Any:
+        item = _ITEM[incremental]
+        responses = []
+        for res in req.resources:
+            code, message = await _alter(ctx, res, incremental, bool(req.validate_only))
+            responses.append(
+                item(
+                    error_code=code,
+                    error_message=message,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                )
+            )
+        return ctx.response(throttle_time_ms=0, responses=responses)
+
+    return handle
+
+
+INCREMENTAL_ROUTE = Route(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, _handler(True))
+ROUTE = Route(ApiKey.ALTER_CONFIGS, 0, 2, _handler(False))

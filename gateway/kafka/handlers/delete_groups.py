@@ -1,0 +1,24 @@
+"""DeleteGroups: an empty group and its committed offsets go away (NON_EMPTY_GROUP while
+it has members, GROUP_ID_NOT_FOUND if it does not exist)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
+
+from ..context import RequestContext
+from ..groups import coordinator_for
+from ..routes import Route
+
+_Result = DeleteGroupsResponse.DeletableGroupResult
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    names = list(req.groups_names)
+    codes = await coordinator_for(ctx.broker).delete_groups(names)
+    results = [_Result(group_id=g, error_code=c) for g, c in zip(names, codes, strict=True)]
+    return ctx.response(throttle_time_ms=0, results=results)
+
+
+ROUTE = Route(DeleteGroupsRequest.API_KEY, 0, 2, handle)

@@ -1,0 +1,66 @@
+"""DeleteTopics: by name, or (v6) by topic id. The store negates the generation, so a
+topic created again later starts empty with a new topic id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DeleteTopicsResponse
+from tmsgate.protocol import ApiKey, ErrorCode
+
+from ..context import RequestContext
+from ..errors import error_of
+from ..routes import Route
+from ..topics import InvalidTopicName
+
+_Result = DeleteTopicsResponse.DeletableTopicResult
+
+
+async def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
+    topics = ctx.broker.topics
+    kwargs = {"topic_id": topic_id} if topic_id is not None else {}
+    if name is None:
+        info = await topics.by_uuid(topic_id)
+        if info is None:
+            return _Result(
+                name=None,
+                error_code=ErrorCode.UNKNOWN_TOPIC_ID,
+                error_message=f"no topic has id {topic_id}",
+                **kwargs,
+            )
+        name = info.name
+    try:
+        info = await topics.get(name)
+        if info is None:
+            return _Result(
+                name=name,
+                error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_message=f"topic {name!r} does not exist",
+                **kwargs,
+            )
+        await topics.delete(name)
+    except InvalidTopicName as exc:
+        return _Result(
+            name=name,
+            error_code=ErrorCode.INVALID_TOPIC_EXCEPTION,
+            error_message=str(exc),
+            **kwargs,
+        )
+    except Exception as exc:
+        code, message = error_of(exc, f"delete topic {name}")
+        return _Result(name=name, error_code=code, error_message=message, **kwargs)
+    if ctx.version >= 6:
+        kwargs["topic_id"] = info.uuid
+    return _Result(name=name, error_code=ErrorCode.NONE, error_message=None, **kwargs)
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    if ctx.version >= 6:
+        wanted = [(t.name, t.topic_id if t.name is None else None) for t in req.topics]
+    else:
+        wanted = [(name, None) for name in req.topic_names]
+    results = [await _delete(ctx, name, tid) for name, tid in wanted]
+    return ctx.response(throttle_time_ms=0, responses=results)
+
+
+ROUTE = Route(ApiKey.DELETE_TOPICS, 1, 6, handle)

@@ -1,0 +1,142 @@
+"""DescribeConfigs for topics (the three configs tmsgate honours) and for the broker
+(its listener settings, read-only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DescribeConfigsResponse
+from tmsgate.protocol import ApiKey, ErrorCode
+
+from ..config import MAX_MESSAGE_BYTES, RETENTION_MS, TIMESTAMP_TYPE, TOPIC_CONFIGS
+from ..context import RequestContext
+from ..routes import Route
+from ..topics import InvalidTopicName
+
+_Result = DescribeConfigsResponse.DescribeConfigsResult
+_Entry = _Result.DescribeConfigsResourceResult
+_Synonym = _Entry.DescribeConfigsSynonym
+TOPIC = 2
+BROKER = 4
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+# Kafka's ConfigEntry.ConfigType numbering
+_TYPES = {RETENTION_MS: 5, MAX_MESSAGE_BYTES: 3, TIMESTAMP_TYPE: 2}
+_DOCS = {
+    RETENTION_MS: "How long messages are kept; -1 keeps them forever. Stored as the TMS "
+    "topic's ttl in whole seconds (rounded up).",
+    MAX_MESSAGE_BYTES: "The largest record batch a producer may send to this topic.",
+    TIMESTAMP_TYPE: "CreateTime keeps the producer's timestamp; LogAppendTime gives each "
+    "record its publish time.",
+}
+
+
+def _entry(
+    ctx: RequestContext,
+    req: Any,
+    name: str,
+    value: str,
+    source: int,
+    read_only: bool,
+    config_type: int,
+    doc: str | None,
+) -> Any:
+    synonyms = []
+    if ctx.version >= 1 and req.include_synonyms:
+        synonyms = [_Synonym(name=name, value=value, source=source)]
+    return _Entry(
+        name=name,
+        value=value,
+        read_only=read_only,
+        config_source=source,
+        is_default=source == DEFAULT_CONFIG,
+        is_sensitive=False,
+        synonyms=synonyms,
+        config_type=config_type,
+        documentation=doc if ctx.version >= 3 and req.include_documentation else None,
+    )
+
+
+async def _topic(ctx: RequestContext, req: Any, res: Any) -> Any:
+    try:
+        info = await ctx.broker.topics.get(res.resource_name)
+    except InvalidTopicName as exc:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc), []
+    if info is None:
+        return (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"topic {res.resource_name!r} does not exist",
+            [],
+        )
+    names = TOPIC_CONFIGS if res.configuration_keys is None else res.configuration_keys
+    cfg = info.config
+    entries = [
+        _entry(
+            ctx,
+            req,
+            n,
+            cfg.value(n),
+            DYNAMIC_TOPIC_CONFIG if n in cfg.explicit else DEFAULT_CONFIG,
+            False,
+            _TYPES[n],
+            _DOCS[n],
+        )
+        for n in names
+        if n in TOPIC_CONFIGS
+    ]
+    return ErrorCode.NONE, None, entries
+
+
+def _broker_configs(ctx: RequestContext) -> dict[str, tuple[str, int]]:
+    c = ctx.broker.config
+    return {
+        "auto.create.topics.enable": (str(c.auto_create_topics).lower(), 1),
+        "message.max.bytes": (str(c.default_max_message_bytes), 3),
+        "socket.request.max.bytes": (str(c.max_request_bytes), 3),
+        "connections.max.idle.ms": (str(int(c.idle_timeout_s * 1000)), 5),
+        "num.partitions": ("1", 3),
+        "default.replication.factor": ("1", 4),
+        "log.retention.ms": ("-1", 5),
+    }
+
+
+def _broker(ctx: RequestContext, req: Any, res: Any) -> Any:
+    if res.resource_name not in ("", str(ctx.broker.config.node_id)):
+        return ErrorCode.INVALID_REQUEST, f"this gateway is broker {ctx.broker.config.node_id}", []
+    configs = _broker_configs(ctx)
+    names = configs if res.configuration_keys is None else res.configuration_keys
+    entries = [
+        _entry(ctx, req, n, configs[n][0], STATIC_BROKER_CONFIG, True, configs[n][1], None)
+        for n in names
+        if n in configs
+    ]
+    return ErrorCode.NONE, None, entries
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    results = []
+    for res in req.resources:
+        if res.resource_type == TOPIC:
+            code, message, entries = await _topic(ctx, req, res)
+        elif res.resource_type == BROKER:
+            code, message, entries = _broker(ctx, req, res)
+        else:
+            code, message, entries = (
+                ErrorCode.INVALID_REQUEST,
+                f"resource type {res.resource_type} is not supported",
+                [],
+            )
+        results.append(
+            _Result(
+                error_code=code,
+                error_message=message,
+                resource_type=res.resource_type,
+                resource_name=res.resource_name,
+                configs=entries,
+            )
+        )
+    return ctx.response(throttle_time_ms=0, results=results)
+
+
+ROUTE = Route(ApiKey.DESCRIBE_CONFIGS, 1, 4, handle)

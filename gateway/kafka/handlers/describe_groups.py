@@ -1,0 +1,67 @@
+"""DescribeGroups: state, protocol and members (with metadata and assignment once the
+group is Stable). An unknown group is reported Dead; from v6 with GROUP_ID_NOT_FOUND."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
+
+from ..context import RequestContext
+from ..groups import GroupErrorCode, GroupState, GroupSummary, coordinator_for
+from ..routes import Route
+
+_Group = DescribeGroupsResponse.DescribedGroup
+_Member = _Group.DescribedGroupMember
+# Without ACLs every group operation is allowed: READ (3), DELETE (6), DESCRIBE (8).
+GROUP_OPERATIONS = frozenset({3, 6, 8})
+
+
+def _described(group_id: str, s: GroupSummary | None, version: int, ops: Any) -> Any:
+    if s is None:
+        missing = version >= 6
+        return _Group(
+            error_code=GroupErrorCode.GROUP_ID_NOT_FOUND if missing else GroupErrorCode.NONE,
+            error_message=f"group {group_id!r} does not exist" if missing else None,
+            group_id=group_id,
+            group_state=GroupState.DEAD.value,
+            protocol_type="",
+            protocol_data="",
+            members=[],
+            authorized_operations=ops,
+        )
+    members = [
+        _Member(
+            member_id=m.member_id,
+            group_instance_id=m.instance_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            member_metadata=m.metadata,
+            member_assignment=m.assignment,
+        )
+        for m in s.members
+    ]
+    return _Group(
+        error_code=GroupErrorCode.NONE,
+        error_message=None,
+        group_id=group_id,
+        group_state=s.state.value,
+        protocol_type=s.protocol_type,
+        protocol_data=s.protocol_data,
+        members=members,
+        authorized_operations=ops,
+    )
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    coordinator = coordinator_for(ctx.broker)
+    want_ops = ctx.version >= 3 and req.include_authorized_operations
+    ops = set(GROUP_OPERATIONS) if want_ops else None
+    groups = []
+    for group_id in req.groups:
+        summary = await coordinator.describe(group_id)
+        groups.append(_described(group_id, summary, ctx.version, ops))
+    return ctx.response(throttle_time_ms=0, groups=groups)
+
+
+ROUTE = Route(DescribeGroupsRequest.API_KEY, 0, 6, handle)

@@ -1,0 +1,188 @@
+"""Fetch: read each partition from the store, long-polling until min_bytes or max_wait.
+
+Reads run as one executor job per round (all partitions), never on the event loop.
+A fetch that is not satisfied subscribes to publishes on its topics and waits for
+the store's listener to wake it, then reads again: no timer polling of the disk.
+
+Fetch sessions (KIP-227) are not kept: every response is a full response with
+session id 0, which clients take as "no session" and keep sending full fetches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.consumer import FetchResponse
+from tmsgate.protocol import ApiKey, ErrorCode
+from tmsgate.storage import OffsetOutOfRange, StorageError
+
+from ..context import RequestContext
+from ..errors import error_of
+from ..records import encode_messages
+from ..routes import Route
+from ..topics import InvalidTopicName, TopicInfo
+
+_TopicResp = FetchResponse.FetchableTopicResponse
+_PartResp = _TopicResp.PartitionData
+READ_COMMITTED = 1
+FETCH_SESSION_ID_NOT_FOUND = 70
+# Cap messages per partition read so one fetch of tiny messages stays bounded.
+MAX_MESSAGES = 50_000
+
+
+@dataclass(slots=True)
+class Target:
+    index: int
+    info: TopicInfo | None
+    partition: int
+    offset: int
+    max_bytes: int
+    missing: ErrorCode = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+@dataclass(slots=True)
+class PartRead:
+    error: ErrorCode = ErrorCode.NONE
+    high_watermark: int = -1
+    last_stable: int = -1
+    log_start: int = -1
+    records: bytes = b""
+    messages: int = 0
+
+
+def _read_one(store: Any, t: Target, budget: int, committed: bool) -> PartRead:
+    """Blocking: runs on the executor."""
+    info = t.info
+    if info is None or t.partition != 0:
+        return PartRead(t.missing)
+    tid = info.id
+    try:
+        earliest, nxt = store.offsets(tid)
+        lso = store.last_stable_offset(tid)
+        out = PartRead(ErrorCode.NONE, nxt, lso, earliest)
+        if t.offset < earliest or t.offset > nxt:
+            out.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            return out
+        limit = nxt if not committed else lso
+        if t.offset >= limit or budget <= 0:
+            return out
+        tx = store.transactions.snapshot() if committed else None
+        max_bytes = max(1, min(t.max_bytes, budget))
+        res = store.read(
+            tid,
+            offset=t.offset,
+            max_messages=min(MAX_MESSAGES, max(1, max_bytes // 16)),
+            max_bytes=max_bytes,
+            tx=tx,
+        )
+    except OffsetOutOfRange as exc:
+        return PartRead(ErrorCode.OFFSET_OUT_OF_RANGE, exc.next_offset, -1, exc.earliest)
+    except StorageError as exc:
+        return PartRead(error_of(exc, f"fetch from {tid}")[0])
+    out.records = encode_messages(
+        res.messages, t.offset, res.next_offset, info.config.log_append_time
+    )
+    out.messages = len(res.messages)
+    return out
+
+
+def _read_all(store: Any, targets: list[Target], max_bytes: int, committed: bool) -> list[PartRead]:
+    budget = max_bytes
+    out = []
+    for t in targets:
+        part = _read_one(store, t, budget, committed)
+        budget -= len(part.records)
+        out.append(part)
+    return out
+
+
+async def _targets(ctx: RequestContext, req: Any) -> list[tuple[Any, list[Target]]]:
+    topics = ctx.broker.topics
+    out = []
+    for i, ft in enumerate(req.topics):
+        missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            if ctx.version >= 13:
+                info = await topics.by_uuid(ft.topic_id)
+                missing = ErrorCode.UNKNOWN_TOPIC_ID
+            else:
+                info = await topics.get(ft.topic)
+        except InvalidTopicName:
+            info, missing = None, ErrorCode.INVALID_TOPIC_EXCEPTION
+        parts = [
+            Target(i, info, p.partition, p.fetch_offset, p.partition_max_bytes, missing)
+            for p in ft.partitions
+        ]
+        out.append((ft, parts))
+    return out
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    if ctx.version >= 7 and req.session_id != 0:
+        return ctx.response(
+            throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[]
+        )
+    committed = ctx.version >= 4 and req.isolation_level == READ_COMMITTED
+    max_bytes = req.max_bytes if ctx.version >= 3 else 0x7FFFFFFF
+    grouped = await _targets(ctx, req)
+    flat = [t for _ft, parts in grouped for t in parts]
+    ctx.release()  # a long poll does not hold up the connection's next request
+    loop = asyncio.get_running_loop()
+    wait_s = min(max(req.max_wait_ms, 0), broker.config.fetch_max_wait_cap_ms) / 1000
+    deadline = loop.time() + wait_s
+    watched = [t.info.id for t in flat if t.info is not None]
+    with broker.notifier.subscribe(watched) as sub:
+        while True:
+            sub.rearm()  # before the read: a publish during it must still wake us
+            reads = await broker.run(_read_all, broker.store, flat, max_bytes, committed)
+            size = sum(len(r.records) for r in reads)
+            remaining = deadline - loop.time()
+            if (
+                size >= req.min_bytes
+                or (size > 0 and req.min_bytes <= 0)
+                or any(r.error for r in reads)
+                or remaining <= 0
+                or broker.closing
+                or not watched
+            ):
+                break
+            await sub.wait(remaining)
+    return _response(ctx, grouped, reads, committed)
+
+
+def _response(
+    ctx: RequestContext,
+    grouped: list[tuple[Any, list[Target]]],
+    reads: list[PartRead],
+    committed: bool,
+) -> Any:
+    metrics = ctx.broker.metrics
+    it = iter(reads)
+    topics = []
+    for ft, targets in grouped:
+        parts = []
+        for t in targets:
+            r = next(it)
+            if r.error:
+                metrics.partition_errors.labels("Fetch", r.error.name).inc()
+            metrics.fetched_messages.inc(r.messages)
+            parts.append(
+                _PartResp(
+                    partition_index=t.partition,
+                    error_code=r.error,
+                    high_watermark=r.high_watermark,
+                    last_stable_offset=r.last_stable,
+                    log_start_offset=r.log_start,
+                    aborted_transactions=[] if committed else None,
+                    preferred_read_replica=-1,
+                    records=r.records,
+                )
+            )
+        topics.append(_TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=parts))
+    return ctx.response(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+
+
+ROUTE = Route(ApiKey.FETCH, 4, 12, handle)

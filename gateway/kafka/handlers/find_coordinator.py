@@ -1,0 +1,48 @@
+"""FindCoordinator: this gateway coordinates every group (and would every transaction:
+InitProducerId then explains that Kafka transactions are not supported). v4+ asks for
+several keys at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.metadata import FindCoordinatorResponse
+from tmsgate.protocol import ApiKey, ErrorCode
+
+from ..context import RequestContext
+from ..routes import Route
+
+GROUP = 0
+TRANSACTION = 1
+KEY_TYPES = (GROUP, TRANSACTION)  # share groups (2) are not implemented
+_Coordinator = FindCoordinatorResponse.Coordinator
+
+
+def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
+    broker = ctx.broker
+    if key_type not in KEY_TYPES:
+        return {
+            "error_code": ErrorCode.INVALID_REQUEST,
+            "error_message": f"coordinator key type {key_type} is not supported",
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+    return {
+        "error_code": ErrorCode.NONE,
+        "error_message": None,
+        "node_id": broker.config.node_id,
+        "host": broker.advertised_host,
+        "port": broker.advertised_port,
+    }
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    key_type = req.key_type if ctx.version >= 1 else GROUP
+    if ctx.version >= 4:
+        found = [_Coordinator(key=key, **_answer(ctx, key_type)) for key in req.coordinator_keys]
+        return ctx.response(throttle_time_ms=0, coordinators=found)
+    return ctx.response(throttle_time_ms=0, **_answer(ctx, key_type))
+
+
+ROUTE = Route(ApiKey.FIND_COORDINATOR, 0, 5, handle)

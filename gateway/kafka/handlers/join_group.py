@@ -1,0 +1,55 @@
+"""JoinGroup: long-polls until the group's rebalance completes (or the request is refused).
+
+v4+ members first get MEMBER_ID_REQUIRED with their id (KIP-394); v5+ may be static
+(group.instance.id); v9 lets a returning static leader skip the assignment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
+
+from ..context import RequestContext
+from ..groups import JoinRequest, client_host, coordinator_for
+from ..routes import Route
+
+_Member = JoinGroupResponse.JoinGroupResponseMember
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    v = ctx.version
+    join = JoinRequest(
+        group_id=req.group_id,
+        member_id=req.member_id,
+        instance_id=req.group_instance_id if v >= 5 else None,
+        protocol_type=req.protocol_type,
+        protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
+        session_timeout_ms=req.session_timeout_ms,
+        # v0 has no rebalance timeout: Kafka uses the session timeout.
+        rebalance_timeout_ms=req.rebalance_timeout_ms if v >= 1 else req.session_timeout_ms,
+        client_id=ctx.request.client_id or "",
+        client_host=client_host(ctx.peer),
+        require_known_member_id=v >= 4,
+        supports_skip_assignment=v >= 9,
+        reason=req.reason if v >= 8 else None,
+    )
+    result = await coordinator_for(ctx.broker).join(join)
+    members = [
+        _Member(member_id=m.member_id, group_instance_id=m.instance_id, metadata=m.metadata)
+        for m in result.members
+    ]
+    return ctx.response(
+        throttle_time_ms=0,
+        error_code=result.error,
+        generation_id=result.generation,
+        protocol_type=result.protocol_type,
+        # Nullable only from v7.
+        protocol_name=result.protocol_name if v >= 7 else (result.protocol_name or ""),
+        leader=result.leader,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=members,
+    )
+
+
+ROUTE = Route(JoinGroupRequest.API_KEY, 0, 9, handle)

@@ -1,0 +1,35 @@
+"""LeaveGroup: one member (v0-2) or a batch, by member id or by static instance id
+(v3+, KIP-345). The group rebalances without the members that left."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
+from tmsgate.protocol import ErrorCode
+
+from ..context import RequestContext
+from ..groups import coordinator_for
+from ..routes import Route
+
+_Member = LeaveGroupResponse.MemberResponse
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    if ctx.version >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in req.members]
+    else:
+        leaving = [(req.member_id, None)]
+    top, codes = await coordinator_for(ctx.broker).leave(req.group_id, leaving)
+    if ctx.version >= 3:
+        members = [
+            _Member(member_id=mid, group_instance_id=iid, error_code=code)
+            for (mid, iid), code in zip(leaving, codes, strict=True)
+        ]
+        return ctx.response(throttle_time_ms=0, error_code=top, members=members)
+    # v0-2 have one error: the group's, else the member's (Kafka's LeaveGroupResponse).
+    code = top or next((c for c in codes if c), ErrorCode.NONE)
+    return ctx.response(throttle_time_ms=0, error_code=code)
+
+
+ROUTE = Route(LeaveGroupRequest.API_KEY, 0, 5, handle)

@@ -1,0 +1,39 @@
+"""ListGroups: every group with its protocol type; v4 filters by state, v5 by type (all
+groups here are "classic")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
+
+from ..context import RequestContext
+from ..groups import GroupErrorCode, GroupState, coordinator_for
+from ..routes import Route
+
+_Listed = ListGroupsResponse.ListedGroup
+CLASSIC = "classic"
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    states: set[GroupState] | None = None
+    if ctx.version >= 4 and req.states_filter:
+        # A state name Kafka does not know matches no group.
+        states = {s for s in map(GroupState.parse, req.states_filter) if s is not None}
+        if not states:
+            return ctx.response(throttle_time_ms=0, error_code=GroupErrorCode.NONE, groups=[])
+    types = set(req.types_filter) if ctx.version >= 5 and req.types_filter else None
+    listed = await coordinator_for(ctx.broker).list(states, types)
+    groups = [
+        _Listed(
+            group_id=g.group_id,
+            protocol_type=g.protocol_type,
+            group_state=g.state.value,
+            group_type=CLASSIC,
+        )
+        for g in listed
+    ]
+    return ctx.response(throttle_time_ms=0, error_code=GroupErrorCode.NONE, groups=groups)
+
+
+ROUTE = Route(ListGroupsRequest.API_KEY, 0, 5, handle)

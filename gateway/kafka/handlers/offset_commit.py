@@ -1,0 +1,56 @@
+"""OffsetCommit: answered once the offsets are fsynced. A member commits with its
+generation; a client without group management (or an admin) commits with generation
+-1 to an empty group. Capped at v9: v10 names topics by id (KIP-848)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import OffsetCommitResponse
+from tmsgate.protocol import ApiKey
+
+from ..context import RequestContext
+from ..groups import OffsetCommit, coordinator_for
+from ..routes import Route
+
+_Topic = OffsetCommitResponse.OffsetCommitResponseTopic
+_Partition = _Topic.OffsetCommitResponsePartition
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    v = ctx.version
+    items = [
+        OffsetCommit(
+            topic=t.name,
+            partition=p.partition_index,
+            offset=p.committed_offset,
+            leader_epoch=p.committed_leader_epoch if v >= 6 else -1,
+            metadata=p.committed_metadata,
+        )
+        for t in req.topics
+        for p in t.partitions
+    ]
+    codes = await coordinator_for(ctx.broker).commit(
+        req.group_id,
+        req.generation_id_or_member_epoch,
+        req.member_id,
+        req.group_instance_id if v >= 7 else None,
+        items,
+    )
+    topics = [
+        _Topic(
+            name=t.name,
+            partitions=[
+                _Partition(
+                    partition_index=p.partition_index,
+                    error_code=codes[(t.name, p.partition_index)],
+                )
+                for p in t.partitions
+            ],
+        )
+        for t in req.topics
+    ]
+    return ctx.response(throttle_time_ms=0, topics=topics)
+
+
+ROUTE = Route(ApiKey.OFFSET_COMMIT, 2, 9, handle)

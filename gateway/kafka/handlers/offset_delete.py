@@ -1,0 +1,36 @@
+"""OffsetDelete: drop committed offsets of a group, except for topics a live consumer
+group still subscribes to (GROUP_SUBSCRIBED_TO_TOPIC)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
+
+from ..context import RequestContext
+from ..groups import GroupErrorCode, coordinator_for
+from ..routes import Route
+
+_Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
+_Partition = _Topic.OffsetDeleteResponsePartition
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
+    code, codes = await coordinator_for(ctx.broker).delete_offsets(req.group_id, wanted)
+    topics = []
+    if code is GroupErrorCode.NONE:
+        topics = [
+            _Topic(
+                name=name,
+                partitions=[
+                    _Partition(partition_index=p, error_code=codes.get((name, p), 0))
+                    for p in partitions
+                ],
+            )
+            for name, partitions in wanted
+        ]
+    return ctx.response(error_code=code, throttle_time_ms=0, topics=topics)
+
+
+ROUTE = Route(OffsetDeleteRequest.API_KEY, 0, 0, handle)

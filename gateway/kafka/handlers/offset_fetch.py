@@ -1,0 +1,72 @@
+"""OffsetFetch: committed offsets (-1 where none), for some topics or (null, v2+) all of
+them; v8+ for several groups at once. An offset committed to a topic that has since
+been deleted (or deleted and recreated) is not returned. Capped at v9: v10 names
+topics by id (KIP-848)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import OffsetFetchResponse
+from tmsgate.protocol import ApiKey
+
+from ..context import RequestContext
+from ..groups import FetchedOffset, GroupErrorCode, coordinator_for
+from ..routes import Route
+
+_Topic = OffsetFetchResponse.OffsetFetchResponseTopic
+_Partition = _Topic.OffsetFetchResponsePartition
+_Group = OffsetFetchResponse.OffsetFetchResponseGroup
+_GroupTopic = _Group.OffsetFetchResponseTopics
+_GroupPartition = _GroupTopic.OffsetFetchResponsePartitions
+
+Fetched = list[tuple[str, list[tuple[int, FetchedOffset]]]]
+
+
+def _wanted(topics: Any) -> list[tuple[str, list[int]]] | None:
+    return None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
+
+
+def _partition(cls: Any, p: int, f: FetchedOffset, group_error: GroupErrorCode) -> Any:
+    return cls(
+        partition_index=p,
+        committed_offset=f.offset,
+        committed_leader_epoch=f.leader_epoch,
+        metadata=f.metadata,
+        error_code=group_error or f.error,
+    )
+
+
+async def _one_group(ctx: RequestContext, group_id: str, topics: Any) -> Any:
+    code, fetched = await coordinator_for(ctx.broker).fetch_offsets(group_id, _wanted(topics))
+    return _Group(
+        group_id=group_id,
+        topics=[
+            _GroupTopic(
+                name=name, partitions=[_partition(_GroupPartition, p, f, 0) for p, f in parts]
+            )
+            for name, parts in fetched
+        ],
+        error_code=code,
+    )
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    if ctx.version >= 8:
+        groups = [await _one_group(ctx, g.group_id, g.topics) for g in req.groups]
+        return ctx.response(throttle_time_ms=0, groups=groups)
+    code, fetched = await coordinator_for(ctx.broker).fetch_offsets(
+        req.group_id, _wanted(req.topics)
+    )
+    # v1 has no top-level error: a group error goes on every partition.
+    partition_error = code if ctx.version < 2 else GroupErrorCode.NONE
+    topics = [
+        _Topic(
+            name=name, partitions=[_partition(_Partition, p, f, partition_error) for p, f in parts]
+        )
+        for name, parts in fetched
+    ]
+    return ctx.response(throttle_time_ms=0, topics=topics, error_code=code)
+
+
+ROUTE = Route(ApiKey.OFFSET_FETCH, 1, 9, handle)

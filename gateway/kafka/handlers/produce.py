@@ -1,0 +1,214 @@
+"""Produce: validate each partition's batch, write it with publish_async, answer after fsync.
+
+All partitions of a request are submitted to the store before any is awaited, and
+the next pipelined request is let in (ctx.release) right after submitting, so a
+producer's in-flight requests share the topic writer's group commit. acks=1 and
+acks=-1 both wait for the fsync; acks=0 gets no response at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.producer import ProduceResponse
+from tmsgate.protocol import ApiKey, ErrorCode, ProducedBatch, ProtocolError, decode_records
+from tmsgate.storage import TopicNotFound
+
+from ..context import CloseConnection, RequestContext
+from ..errors import error_of
+from ..producers import STATE_AREA, BatchRecord, check
+from ..records import to_entries
+from ..routes import Route
+from ..topics import InvalidTopicName, TopicInfo
+
+log = logging.getLogger("tmsgate.kafka.produce")
+_TopicResp = ProduceResponse.TopicProduceResponse
+_PartResp = _TopicResp.PartitionProduceResponse
+
+
+@dataclass(slots=True)
+class Outcome:
+    error: ErrorCode = ErrorCode.NONE
+    base_offset: int = -1
+    log_append_time: int = -1
+    message: str | None = None
+
+
+def _fail(code: ErrorCode, message: str) -> Outcome:
+    return Outcome(code, message=message)
+
+
+async def _duplicate(rec: BatchRecord, log_append: bool) -> Outcome:
+    if rec.done is not None:  # the original is still being written: answer as it is
+        try:
+            await asyncio.shield(rec.done)
+        except Exception as exc:
+            code, message = error_of(exc, "produce (duplicate of a failed batch)")
+            return _fail(code, message)
+    if rec.base_offset < 0:
+        # Known only from the persisted state, whose offset was not yet known when it
+        # was written: Kafka answers the same when it lacks a batch's metadata.
+        return _fail(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "batch was already written")
+    return Outcome(ErrorCode.NONE, rec.base_offset, rec.log_append_time if log_append else -1)
+
+
+async def _prepare(ctx: RequestContext, info: TopicInfo, raw: Any) -> Outcome | Awaitable[Outcome]:
+    """Validate and submit one partition's records; -> an outcome now, or one to await."""
+    broker = ctx.broker
+    try:
+        batches = decode_records(raw)
+    except ProtocolError as exc:
+        return _fail(getattr(exc, "code", ErrorCode.CORRUPT_MESSAGE), str(exc))
+    if len(batches) != 1:
+        return _fail(ErrorCode.INVALID_RECORD, "a produce request carries one batch per partition")
+    batch: ProducedBatch = batches[0]
+    if batch.size > info.config.max_message_bytes:
+        return _fail(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"batch of {batch.size} bytes exceeds max.message.bytes="
+            f"{info.config.max_message_bytes} of topic {info.name}",
+        )
+    if batch.is_transactional:
+        return _fail(
+            ErrorCode.INVALID_RECORD,
+            "Kafka transactions are not supported; use the tms.tx.write_pointer header",
+        )
+    try:
+        entries, wp = to_entries(batch.records)
+    except ProtocolError as exc:
+        return _fail(getattr(exc, "code", ErrorCode.INVALID_RECORD), str(exc))
+    log_append = info.config.log_append_time
+    state = rec = key = None
+    if batch.is_idempotent:
+        key = broker.producers.key(info, batch.producer_id)
+        entry = await broker.producers.entry(key)
+        # No await from here to publish_async: the check and the submit must not
+        # interleave with another request of the same producer.
+        verdict = check(entry, batch)
+        if verdict.duplicate is not None:
+            return asyncio.ensure_future(_duplicate(verdict.duplicate, log_append))
+        if verdict.error:
+            return _fail(verdict.error, verdict.message or verdict.error.name)
+        rec, encoded = broker.producers.record(entry, batch)
+        state = {(STATE_AREA, key): encoded}
+    try:
+        fut = broker.store.publish_async(info.id, entries, tx=wp, state=state)
+    except Exception as exc:
+        if rec is not None and key is not None:
+            broker.producers.failed(key, rec, exc)
+        return _fail(*error_of(exc, f"produce to {info.id}"))
+    # A task, not a bare coroutine: it must run to completion (producer state,
+    # metrics) even if this request ends early (acks=0, closed connection).
+    return asyncio.ensure_future(_complete(ctx, info, fut, rec, key, batch, log_append))
+
+
+async def _complete(
+    ctx: RequestContext,
+    info: TopicInfo,
+    fut: Any,
+    rec: BatchRecord | None,
+    key: str | None,
+    batch: ProducedBatch,
+    log_append: bool,
+) -> Outcome:
+    broker = ctx.broker
+    try:
+        result = await broker.wait_future(fut)
+    except Exception as exc:
+        if rec is not None and key is not None:
+            broker.producers.failed(key, rec, exc)
+        if isinstance(exc, TopicNotFound):
+            broker.topics.invalidate(info.name)
+        return _fail(*error_of(exc, f"produce to {info.id}"))
+    if rec is not None:
+        broker.producers.completed(rec, result.base_offset, result.publish_ts)
+    broker.metrics.produced_messages.inc(result.count)
+    broker.metrics.produced_bytes.inc(batch.size)
+    return Outcome(ErrorCode.NONE, result.base_offset, result.publish_ts if log_append else -1)
+
+
+async def _topic(ctx: RequestContext, td: Any) -> tuple[str | None, TopicInfo | None, ErrorCode]:
+    if ctx.version >= 13:
+        info = await ctx.broker.topics.by_uuid(td.topic_id)
+        return None, info, ErrorCode.UNKNOWN_TOPIC_ID
+    try:
+        info = await ctx.broker.topics.ensure(td.name, auto_create=True)
+    except InvalidTopicName:
+        return td.name, None, ErrorCode.INVALID_TOPIC_EXCEPTION
+    return td.name, info, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    acks = req.acks
+    pending: list[tuple[Any, list[tuple[int, Outcome | Awaitable[Outcome]]]]] = []
+    for td in req.topic_data:
+        name, info, missing = await _topic(ctx, td)
+        parts: list[tuple[int, Outcome | Awaitable[Outcome]]] = []
+        for pd in td.partition_data:
+            if acks not in (0, 1, -1):
+                outcome: Outcome | Awaitable[Outcome] = _fail(
+                    ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1"
+                )
+            elif info is None or pd.index != 0:
+                outcome = _fail(
+                    missing,
+                    f"topic {name or td.topic_id} partition {pd.index} "
+                    "does not exist (tmsgate topics have one partition, 0)",
+                )
+            else:
+                outcome = await _prepare(ctx, info, pd.records)
+            parts.append((pd.index, outcome))
+        pending.append((td, parts))
+    ctx.release()  # everything is submitted: the next pipelined request may start
+    if acks == 0:
+        return await _no_response(ctx, pending)
+    topics = []
+    for td, parts in pending:
+        responses = []
+        for index, outcome in parts:
+            done = outcome if isinstance(outcome, Outcome) else await outcome
+            if done.error:
+                ctx.broker.metrics.partition_errors.labels("Produce", done.error.name).inc()
+            responses.append(
+                _PartResp(
+                    index=index,
+                    error_code=done.error,
+                    base_offset=done.base_offset,
+                    log_append_time_ms=done.log_append_time,
+                    log_start_offset=-1,
+                    record_errors=[],
+                    error_message=done.message,
+                )
+            )
+        topics.append(_TopicResp(name=td.name, topic_id=td.topic_id, partition_responses=responses))
+    return ctx.response(responses=topics, throttle_time_ms=0)
+
+
+async def _no_response(ctx: RequestContext, pending: list[Any]) -> None:
+    """acks=0: nothing is sent back. A partition that fails validation closes the
+    connection, as Kafka does, because that is the only signal the client gets."""
+    for _td, parts in pending:
+        for _index, outcome in parts:
+            if isinstance(outcome, Outcome):
+                if outcome.error:
+                    raise CloseConnection(f"acks=0 produce failed: {outcome.message}")
+            else:
+                asyncio.ensure_future(outcome).add_done_callback(_log_failure)
+    return None
+
+
+def _log_failure(task: asyncio.Future[Outcome]) -> None:
+    if task.cancelled():
+        return
+    outcome = task.result()
+    if outcome.error:
+        log.warning(
+            "acks=0 produce failed after validation: %s %s", outcome.error.name, outcome.message
+        )
+
+
+ROUTE = Route(ApiKey.PRODUCE, 3, 12, handle)

@@ -1,0 +1,36 @@
+"""SyncGroup: the leader hands in the assignment it computed (client-side assignors, so
+every assignor a client ships works); every member waits for, and gets, its share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import SyncGroupRequest
+
+from ..context import RequestContext
+from ..groups import SyncRequest, coordinator_for
+from ..routes import Route
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    v = ctx.version
+    sync = SyncRequest(
+        group_id=req.group_id,
+        generation=req.generation_id,
+        member_id=req.member_id,
+        instance_id=req.group_instance_id if v >= 3 else None,
+        assignments={a.member_id: bytes(a.assignment) for a in req.assignments},
+        protocol_type=req.protocol_type if v >= 5 else None,
+        protocol_name=req.protocol_name if v >= 5 else None,
+    )
+    result = await coordinator_for(ctx.broker).sync(sync)
+    return ctx.response(
+        throttle_time_ms=0,
+        error_code=result.error,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+ROUTE = Route(SyncGroupRequest.API_KEY, 0, 5, handle)

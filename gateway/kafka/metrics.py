@@ -1,0 +1,58 @@
+"""Prometheus metrics of the Kafka listener.
+
+Each Metrics object owns its registry, so several gateways (tests start many in one
+process) do not collide in prometheus_client's global default registry.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "tmsgate_kafka_requests", "Kafka requests handled", ["api"], registry=r
+        )
+        self.request_errors = Counter(
+            "tmsgate_kafka_request_failures",
+            "Kafka requests that closed their connection instead of being answered",
+            ["api"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "tmsgate_kafka_request_seconds",
+            "Time from decoding a request to its response being ready",
+            ["api"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.produced_messages = Counter(
+            "tmsgate_kafka_produced_messages", "Messages written by Produce", registry=r
+        )
+        self.produced_bytes = Counter(
+            "tmsgate_kafka_produced_bytes", "Record batch bytes accepted by Produce", registry=r
+        )
+        self.fetched_messages = Counter(
+            "tmsgate_kafka_fetched_messages", "Messages returned by Fetch", registry=r
+        )
+        self.partition_errors = Counter(
+            "tmsgate_kafka_partition_errors",
+            "Per-partition error codes returned",
+            ["api", "error"],
+            registry=r,
+        )
+        self.connections = Gauge("tmsgate_kafka_connections", "Open client connections", registry=r)
+        self.bad_frames = Counter(
+            "tmsgate_kafka_bad_frames",
+            "Connections closed for malformed or oversized frames",
+            registry=r,
+        )
+
+    def serve(self, host: str, port: int) -> None:
+        """Expose /metrics over HTTP on a daemon thread."""
+        start_http_server(port, addr=host, registry=self.registry)

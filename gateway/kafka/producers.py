@@ -1,0 +1,198 @@
+"""Idempotent producer state: producer ids, epochs and the last five batches per topic.
+
+Mirrors Kafka's ProducerStateManager. A batch is accepted when its first sequence
+follows the last one written for (producer, topic); a retry of one of the last five
+batches is answered with its original offsets and not written again; anything else
+is OUT_OF_ORDER_SEQUENCE_NUMBER (or UNKNOWN_PRODUCER_ID for a producer with no state
+and a sequence above 0).
+
+The state is persisted through publish_async(state=...), in the same atomic batch
+as the records, so a crash can never keep the data but lose the sequence (which
+would let a retry write it twice). The store assigns the base offset inside that
+batch, so the persisted copy of the batch being written has no offset yet (-1); it
+is filled in when the next batch is written. A duplicate that only the persisted
+state knows without an offset is answered DUPLICATE_SEQUENCE_NUMBER, which Kafka
+clients treat as success, as Kafka does once it has no metadata for the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tmsgate.protocol import ErrorCode, ProducedBatch
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .topics import TopicInfo
+
+STATE_AREA = "kafka.producer"
+ID_AREA = "kafka.producer-id"
+ID_KEY = "next"
+ID_BLOCK = 1000
+KEEP_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
+MAX_CACHED = 100_000
+NO_EPOCH = -1
+_HEAD = struct.Struct(">hB")
+_BATCH = struct.Struct(">iiqq")
+_ID = struct.Struct(">q")
+_SEQ_MOD = 1 << 31
+
+
+@dataclass(slots=True)
+class BatchRecord:
+    first_seq: int
+    last_seq: int
+    base_offset: int = -1  # -1: not known (still being written, or lost at restart)
+    log_append_time: int = -1
+    done: asyncio.Future[None] | None = None  # set while the write is in flight
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    epoch: int = NO_EPOCH
+    batches: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=KEEP_BATCHES))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    duplicate: BatchRecord | None = None
+
+
+ACCEPT = Verdict()
+
+
+def encode_entry(entry: ProducerEntry) -> bytes:
+    parts = [_HEAD.pack(entry.epoch, len(entry.batches))]
+    parts += [
+        _BATCH.pack(b.first_seq, b.last_seq, b.base_offset, b.log_append_time)
+        for b in entry.batches
+    ]
+    return b"".join(parts)
+
+
+def decode_entry(raw: bytes | None) -> ProducerEntry:
+    if not raw:
+        return ProducerEntry()
+    epoch, count = _HEAD.unpack_from(raw, 0)
+    entry = ProducerEntry(epoch)
+    for i in range(count):
+        first, last, base, ts = _BATCH.unpack_from(raw, _HEAD.size + i * _BATCH.size)
+        entry.batches.append(BatchRecord(first, last, base, ts))
+    return entry
+
+
+def check(entry: ProducerEntry, batch: ProducedBatch) -> Verdict:
+    """Kafka's ProducerAppendInfo.checkSequence plus the duplicate lookup."""
+    epoch, first, last = batch.producer_epoch, batch.base_sequence, batch.last_sequence
+    if entry.epoch == NO_EPOCH:
+        if first != 0:
+            return Verdict(
+                ErrorCode.UNKNOWN_PRODUCER_ID,
+                f"no state for producer {batch.producer_id} on this topic; "
+                f"its first batch must have sequence 0, not {first}",
+            )
+        return ACCEPT
+    if epoch < entry.epoch:
+        return Verdict(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"producer epoch {epoch} is older than the current epoch {entry.epoch}",
+        )
+    if epoch > entry.epoch:
+        if first != 0:
+            return Verdict(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"a new producer epoch must start at sequence 0, not {first}",
+            )
+        return ACCEPT
+    for b in entry.batches:
+        if b.first_seq == first and b.last_seq == last:
+            return Verdict(duplicate=b)
+    expected = (entry.last_seq + 1) % _SEQ_MOD
+    if first != expected:
+        return Verdict(
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            f"expected sequence {expected} from producer {batch.producer_id}, got {first}",
+        )
+    return ACCEPT
+
+
+class ProducerStates:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._entries: OrderedDict[str, ProducerEntry] = OrderedDict()
+        self._ids_lock = asyncio.Lock()
+        self._next_id = 0
+        self._id_limit = 0
+
+    @staticmethod
+    def key(info: TopicInfo, producer_id: int) -> str:
+        # The generation keeps a recreated topic from inheriting the old sequences.
+        return f"{info.id}/{info.metadata.generation}/{producer_id}"
+
+    async def allocate_id(self) -> int:
+        """A producer id never handed out before, also across restarts (blocks of 1000
+        are reserved durably, so a restart skips at most the rest of a block)."""
+        async with self._ids_lock:
+            if self._next_id >= self._id_limit:
+                store = self._broker.store
+                raw = await self._broker.run(store.get_state, ID_AREA, ID_KEY)
+                start = _ID.unpack(raw)[0] if raw else 0
+                await self._broker.run(store.put_state, ID_AREA, ID_KEY, _ID.pack(start + ID_BLOCK))
+                self._next_id, self._id_limit = start, start + ID_BLOCK
+            pid = self._next_id
+            self._next_id += 1
+            return pid
+
+    async def entry(self, key: str) -> ProducerEntry:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+            return entry
+        raw = await self._broker.run(self._broker.store.get_state, STATE_AREA, key)
+        # Another request may have loaded it while we waited: keep the first copy.
+        entry = self._entries.setdefault(key, decode_entry(raw))
+        self._evict()
+        return entry
+
+    def record(self, entry: ProducerEntry, batch: ProducedBatch) -> tuple[BatchRecord, bytes]:
+        """Accept the batch into the state; -> its record and the bytes to persist."""
+        if batch.producer_epoch != entry.epoch:
+            entry.epoch = batch.producer_epoch
+            entry.batches.clear()
+        loop = asyncio.get_running_loop()
+        rec = BatchRecord(batch.base_sequence, batch.last_sequence, done=loop.create_future())
+        entry.batches.append(rec)
+        return rec, encode_entry(entry)
+
+    @staticmethod
+    def completed(rec: BatchRecord, base_offset: int, log_append_time: int) -> None:
+        rec.base_offset, rec.log_append_time = base_offset, log_append_time
+        if rec.done is not None and not rec.done.done():
+            rec.done.set_result(None)
+        rec.done = None
+
+    def failed(self, key: str, rec: BatchRecord, exc: BaseException) -> None:
+        # The write did not happen; forget the in-memory state so the next request
+        # reloads what is durable (which does not include this batch).
+        self._entries.pop(key, None)
+        if rec.done is not None and not rec.done.done():
+            rec.done.set_exception(exc)
+            rec.done.exception()  # mark retrieved: nobody may be waiting on it
+
+    def _evict(self) -> None:
+        while len(self._entries) > MAX_CACHED:
+            key, entry = next(iter(self._entries.items()))
+            if any(b.done is not None for b in entry.batches):
+                self._entries.move_to_end(key)  # a write in flight: keep it
+                break
+            del self._entries[key]

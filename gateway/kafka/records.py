@@ -1,0 +1,103 @@
+"""Kafka records <-> store messages: what Produce writes and what Fetch returns.
+
+Produce keeps key, headers and the client timestamp in the message's meta (see
+tmsgate.protocol._meta); the value is the payload, None included. The transaction
+header ``tms.tx.write_pointer`` is taken off the record and becomes the publish's
+write pointer; Fetch puts it back from Message.write_pointer.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from tmsgate.protocol import (
+    TX_HEADER,
+    FetchRecord,
+    InvalidRecords,
+    MalformedMeta,
+    build_batch,
+    decode_meta,
+    empty_batch,
+    encode_meta,
+)
+from tmsgate.storage import Entry, Message
+
+log = logging.getLogger("tmsgate.kafka.records")
+_WP = struct.Struct(">q")
+
+
+def write_pointer_of(value: bytes | None) -> int:
+    if value is None or len(value) != 8:
+        raise InvalidRecords(f"header {TX_HEADER} must hold 8 bytes (a big-endian write pointer)")
+    return _WP.unpack(value)[0]
+
+
+def to_entries(records: Sequence[Any]) -> tuple[list[Entry], int | None]:
+    """-> (entries, write pointer or None). All records of a batch must agree on the
+    write pointer: one batch is one publish, so it gets one set of offsets."""
+    entries = []
+    pointers: set[int | None] = set()
+    for rec in records:
+        headers = rec.headers
+        wp = None
+        if headers:
+            kept = []
+            for name, value in headers:
+                if name == TX_HEADER:
+                    wp = write_pointer_of(value)
+                else:
+                    kept.append((name, value))
+            headers = kept
+        pointers.add(wp)
+        entries.append(Entry(rec.value, encode_meta(rec.key, headers, rec.timestamp)))
+    if len(pointers) > 1:
+        raise InvalidRecords(
+            f"all records of a batch must carry the same {TX_HEADER} (or none); "
+            "send transactional records in their own batch"
+        )
+    return entries, pointers.pop() if pointers else None
+
+
+def _fetch_record(msg: Message, log_append_time: bool) -> FetchRecord:
+    try:
+        key, headers, timestamp = decode_meta(msg.meta)
+    except MalformedMeta:
+        # Not written by this gateway (or damaged): serve the value rather than
+        # wedging every consumer of the topic on one message.
+        log.warning("message at offset %d has undecodable Kafka meta; sent without it", msg.offset)
+        key, headers, timestamp = None, [], None
+    if msg.write_pointer is not None:
+        headers.append((TX_HEADER, _WP.pack(msg.write_pointer)))
+    if log_append_time or timestamp is None:
+        timestamp = msg.publish_ts
+    return FetchRecord(msg.offset, timestamp, key, msg.payload, headers)
+
+
+def encode_messages(
+    messages: Sequence[Message], start: int, next_offset: int, log_append_time: bool
+) -> bytes:
+    """Record batches for a fetch that read ``messages`` from ``start`` up to
+    ``next_offset`` (exclusive). Offsets the read skipped (rolled back, invalid,
+    expired) are spanned by the batches so the consumer moves past them."""
+    if not messages:
+        if next_offset > start:
+            return empty_batch(start, next_offset - 1)
+        return b""
+    if not log_append_time:
+        records = [_fetch_record(m, False) for m in messages]
+        return build_batch(records, last_offset=next_offset - 1)
+    # LogAppendTime: clients give every record its batch's max timestamp, so each
+    # batch holds messages of one publish time (one store group commit).
+    chunks = []
+    group: list[FetchRecord] = []
+    group_ts = messages[0].publish_ts
+    for msg in messages:
+        if msg.publish_ts != group_ts:
+            chunks.append(build_batch(group, log_append_time=group_ts))
+            group, group_ts = [], msg.publish_ts
+        group.append(_fetch_record(msg, True))
+    chunks.append(build_batch(group, last_offset=next_offset - 1, log_append_time=group_ts))
+    return b"".join(chunks)

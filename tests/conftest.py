@@ -1,0 +1,64 @@
+"""Shared fixtures for the storage tests (tests/test_storage_*.py): a controllable clock and
+stores on a real LevelDB directory under tmp_path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from tmsgate.storage import Store, TopicId, open_store
+
+EPOCH_MS = 1_700_000_000_000
+
+
+class FakeClock:
+    """A clock for ``open_store(url, clock=...)``: epoch milliseconds, moved by hand."""
+
+    def __init__(self, now_ms: int = EPOCH_MS) -> None:
+        self.now = now_ms
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> int:
+        self.now += ms
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store_url(tmp_path) -> str:
+    return f"leveldb://{tmp_path / 'store'}"
+
+
+@pytest.fixture
+def open_test_store(store_url: str, clock: FakeClock) -> Iterator[Callable[..., Store]]:
+    """``open_test_store()`` opens the test's store with the fake clock (again, after a
+    close); every store it opened is closed at teardown."""
+    opened: list[Store] = []
+
+    def _open(**options: object) -> Store:
+        options.setdefault("clock", clock)
+        store = open_store(store_url, **options)
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in reversed(opened):
+        store.close()
+
+
+@pytest.fixture
+def store(open_test_store: Callable[..., Store]) -> Store:
+    return open_test_store()
+
+
+@pytest.fixture
+def topic(store: Store) -> TopicId:
+    t = TopicId("default", "events")
+    store.create_topic(t)
+    return t

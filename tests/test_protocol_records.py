@@ -1,0 +1,144 @@
+"""Record batch decode (what producers send) and build (what consumers read)."""
+
+from __future__ import annotations
+
+import struct
+
+import kafka.record
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from crc32c import crc32c
+
+from tmsgate.protocol import (
+    CorruptRecords,
+    FetchRecord,
+    InvalidRecords,
+    UnsupportedMessageFormat,
+    batch_next_offset,
+    build_batch,
+    decode_records,
+    empty_batch,
+    split_batches,
+)
+
+
+def produced(n: int = 3, codec: int = 0, **kw: int) -> bytes:
+    b = DefaultRecordBatchBuilder(2, codec, kw.get("txn", 0), kw.get("pid", -1),
+                                  kw.get("epoch", -1), kw.get("seq", -1), 1 << 30)
+    for i in range(n):
+        b.append(i, 1000 + i, b"k%d" % i if i % 2 else None, b"v%d" % i * 50,
+                 [("h", b"%d" % i)] if i else [])
+    return bytes(b.build())
+
+
+def recrc(raw: bytearray) -> bytes:
+    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_decode_every_codec(codec: int) -> None:
+    [batch] = decode_records(produced(4, codec, pid=7, epoch=1, seq=10))
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (7, 1, 10)
+    assert batch.last_sequence == 13 and batch.compression_type == codec
+    got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch.records]
+    assert got[1] == (1, 1001, b"k1", b"v1" * 50, [("h", b"1")])
+    assert got[0][2] is None and len(got) == 4
+
+
+def test_sequence_wraps_like_kafka() -> None:
+    [batch] = decode_records(produced(3, seq=(1 << 31) - 2, pid=1, epoch=0))
+    assert batch.last_sequence == 0
+
+
+def test_null_records_field() -> None:
+    assert decode_records(None) == []
+
+
+def test_bad_crc() -> None:
+    raw = bytearray(produced())
+    raw[-3] ^= 1
+    with pytest.raises(CorruptRecords, match="CRC"):
+        decode_records(bytes(raw))
+
+
+def test_truncated_and_trailing_bytes() -> None:
+    raw = produced()
+    with pytest.raises(CorruptRecords):
+        decode_records(raw[:-1])
+    with pytest.raises(CorruptRecords):
+        decode_records(raw + b"\x00\x01")
+
+
+def test_legacy_magic_is_refused() -> None:
+    raw = bytearray(produced())
+    raw[16] = 1
+    with pytest.raises(UnsupportedMessageFormat):
+        decode_records(bytes(raw))
+
+
+def test_record_count_must_match_last_offset_delta() -> None:
+    raw = bytearray(produced(3))
+    struct.pack_into(">i", raw, 23, 5)
+    with pytest.raises(InvalidRecords):
+        decode_records(recrc(raw))
+
+
+def test_declared_count_above_contents_is_corrupt() -> None:
+    raw = bytearray(produced(3))
+    struct.pack_into(">i", raw, 57, 4)
+    struct.pack_into(">i", raw, 23, 3)
+    with pytest.raises(CorruptRecords):
+        decode_records(recrc(raw))
+
+
+def test_control_batches_cannot_be_produced() -> None:
+    raw = bytearray(produced(1))
+    struct.pack_into(">h", raw, 21, 0x20)
+    with pytest.raises(InvalidRecords):
+        decode_records(recrc(raw))
+
+
+def test_split_batches_counts_batches() -> None:
+    assert len(split_batches(produced(1) + produced(2))) == 2
+
+
+def read_with_kafka_python(raw: bytes) -> list[tuple[int, list]]:
+    out = []
+    mr = kafka.record.MemoryRecords(raw)
+    while (b := mr.next_batch()) is not None:
+        assert b.validate_crc()
+        out.append((b.next_offset, [(r.offset, r.timestamp, r.key, r.value, r.headers)
+                                    for r in b]))
+    return out
+
+
+def test_build_batch_with_gaps_and_span() -> None:
+    recs = [FetchRecord(100, 5, b"k", b"v", [("a", b"b")]), FetchRecord(103, 6, None, None, [])]
+    raw = build_batch(recs, last_offset=110)
+    assert batch_next_offset(raw) == 111
+    assert read_with_kafka_python(raw) == [
+        (111, [(100, 5, b"k", b"v", [("a", b"b")]), (103, 6, None, None, [])])
+    ]
+
+
+def test_build_batch_log_append_time() -> None:
+    raw = build_batch([FetchRecord(0, 5, None, b"x", [])], log_append_time=999)
+    [(next_offset, [(_, ts, *_rest)])] = read_with_kafka_python(raw)
+    assert (next_offset, ts) == (1, 999)
+
+
+def test_build_batch_golden_header() -> None:
+    raw = build_batch([FetchRecord(7, 1000, None, b"x", [])])
+    (base, length, epoch, magic, _crc, attrs, lod, first_ts, max_ts, pid, pe, seq, count) = \
+        struct.unpack_from(">qiibIhiqqqhii", raw)
+    assert (base, length, epoch, magic, attrs, lod) == (7, len(raw) - 12, -1, 2, 0, 0)
+    assert (first_ts, max_ts, pid, pe, seq, count) == (1000, 1000, -1, -1, -1, 1)
+
+
+def test_empty_batch_moves_consumers() -> None:
+    raw = empty_batch(20, 29)
+    assert len(raw) == 61 and batch_next_offset(raw) == 30
+    assert read_with_kafka_python(raw) == [(30, [])]
+    with pytest.raises(ValueError):
+        build_batch([])

@@ -1,0 +1,969 @@
+"""The Store against a real LevelDB under tmp_path: topics, publishing, polling, TTL,
+generations, transactions, concurrency, state and reopen. Time comes from the FakeClock in
+conftest.py unless a test says otherwise."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+
+from tmsgate.storage import (
+    Entry,
+    InvalidTopicProperties,
+    InvalidTransaction,
+    Message,
+    MessageId,
+    OffsetOutOfRange,
+    StorageError,
+    Store,
+    StoreClosed,
+    TopicAlreadyExists,
+    TopicId,
+    TopicNotFound,
+    TransactionNotInProgress,
+    keys,
+)
+
+LONG = 3600.0  # a transaction timeout no test reaches by accident
+
+
+def read_all(store: Store, topic: TopicId, tx=None, offset: int | None = None) -> list[Message]:
+    """Every message from ``offset`` (default: earliest) to the end, in pages of 7."""
+    out: list[Message] = []
+    pos = store.offsets(topic)[0] if offset is None else offset
+    while True:
+        res = store.read(topic, offset=pos, max_messages=7, tx=tx)
+        out.extend(res.messages)
+        if res.held or res.next_offset == pos:
+            return out
+        pos = res.next_offset
+
+
+def payloads(msgs: list[Message]) -> list[bytes | None]:
+    return [m.payload for m in msgs]
+
+
+def offsets_of(msgs: list[Message]) -> list[int]:
+    return [m.offset for m in msgs]
+
+
+def raw_keys(store: Store, table: bytes, topic: TopicId) -> list[bytes]:
+    """The backend keys of one table for every generation of a topic (white-box: cleanup)."""
+    prefix = keys.all_generations_prefix(table, topic)
+    return [k for k, _ in store._backend.scan(prefix, keys.prefix_end(prefix))]
+
+
+# --- topics -------------------------------------------------------------------------------
+def test_topic_lifecycle(store: Store, clock) -> None:
+    t = TopicId("default", "orders")
+    md = store.create_topic(t, {"ttl": "3600", "cleanup.policy": "delete"})
+    assert md.topic == t and md.generation == 1
+    assert md.properties == {"ttl": "3600", "cleanup.policy": "delete"}
+    assert len(md.topic_uuid) == 16 and md.created_ms == clock.now
+    assert md.ttl_ms == 3_600_000
+    assert store.get_topic(t) == md
+    assert store.list_topics("default") == [t]
+
+    with pytest.raises(TopicAlreadyExists):
+        store.create_topic(t)
+
+    md2 = store.update_topic(t, {"retention.ms": "5"})  # replaces all properties
+    assert md2.properties == {"retention.ms": "5"} and md2.ttl_ms is None
+    assert md2.generation == 1 and md2.topic_uuid == md.topic_uuid
+    assert store.get_topic(t).properties == {"retention.ms": "5"}
+
+    store.delete_topic(t)
+    with pytest.raises(TopicNotFound):
+        store.get_topic(t)
+    with pytest.raises(TopicNotFound):
+        store.delete_topic(t)
+    with pytest.raises(TopicNotFound):
+        store.update_topic(t, {})
+    assert store.list_topics("default") == []
+
+    again = store.create_topic(t)
+    assert again.generation == 2 and again.topic_uuid != md.topic_uuid
+    assert again.properties == {}
+
+
+@pytest.mark.parametrize("ttl", ["-1", "abc"])
+def test_invalid_ttl_on_create_and_update(store: Store, ttl: str) -> None:
+    t = TopicId("default", "bad")
+    with pytest.raises(InvalidTopicProperties):
+        store.create_topic(t, {"ttl": ttl})
+    with pytest.raises(TopicNotFound):
+        store.get_topic(t)
+    store.create_topic(t, {"ttl": "10"})
+    with pytest.raises(InvalidTopicProperties):
+        store.update_topic(t, {"ttl": ttl})
+    assert store.get_topic(t).properties == {"ttl": "10"}
+
+
+def test_missing_topic_raises_topic_not_found(store: Store) -> None:
+    t = TopicId("default", "nope")
+    with pytest.raises(TopicNotFound):
+        store.update_topic(t, {})
+    with pytest.raises(TopicNotFound):
+        store.publish(t, [b"x"])
+    with pytest.raises(TopicNotFound):
+        store.poll(t)
+    with pytest.raises(TopicNotFound):
+        store.offsets(t)
+
+
+def test_list_topics_is_per_namespace_and_prefix_safe(store: Store) -> None:
+    names = [TopicId("ns", "a"), TopicId("ns", "ab"), TopicId("ns2", "a"), TopicId("n", "a")]
+    for t in names:
+        store.create_topic(t)
+    assert sorted(store.list_topics("ns")) == [TopicId("ns", "a"), TopicId("ns", "ab")]
+    assert store.list_topics("ns2") == [TopicId("ns2", "a")]
+    assert store.list_topics("n") == [TopicId("n", "a")]
+    # data of topic "a" and "ab" stays apart
+    store.publish(TopicId("ns", "a"), [b"a0"])
+    store.publish(TopicId("ns", "ab"), [b"ab0", b"ab1"])
+    assert payloads(store.poll(TopicId("ns", "a"))) == [b"a0"]
+    assert payloads(store.poll(TopicId("ns", "ab"))) == [b"ab0", b"ab1"]
+
+
+# --- publishing and polling ---------------------------------------------------------------
+def test_publish_returns_dense_offsets(store: Store, topic: TopicId, clock) -> None:
+    sizes = [1, 3, 1, 70, 2, 130]
+    expected: list[bytes] = []
+    for i, n in enumerate(sizes):
+        batch = [f"{i}-{j}".encode() for j in range(n)]
+        r = store.publish(topic, batch)
+        assert r.base_offset == len(expected) and r.count == n
+        assert r.rollback is None and r.publish_ts == clock.now
+        expected.extend(batch)
+        clock.advance(1)
+    msgs = read_all(store, topic)
+    assert offsets_of(msgs) == list(range(len(expected)))
+    assert payloads(msgs) == expected
+    ids = [m.id for m in msgs]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert all(len(m.id) == 20 and m.id[10:] == bytes(10) for m in msgs)
+    assert all(m.publish_ts == m.id.publish_ts and m.write_pointer is None for m in msgs)
+    assert store.offsets(topic) == (0, len(expected))
+
+
+def test_publish_result_ids_match_the_messages(store: Store, topic: TopicId) -> None:
+    store.publish(topic, [b"x"])
+    r = store.publish(topic, [b"a", b"b", b"c"])
+    msgs = store.poll(topic, offset=r.base_offset)
+    assert msgs[0].id == r.first_id and msgs[-1].id == r.last_id
+    assert isinstance(r.first_id, MessageId)
+
+
+def test_entries_carry_meta_and_null_payloads(store: Store, topic: TopicId) -> None:
+    store.publish(topic, [Entry(b"v", meta=b"k=1"), Entry(None, meta=b"tombstone"), Entry(b"")])
+    msgs = store.poll(topic)
+    assert [(m.payload, m.meta) for m in msgs] == [(b"v", b"k=1"), (None, b"tombstone"), (b"", None)]
+
+
+def test_publish_nothing_without_transaction_is_an_error(store: Store, topic: TopicId) -> None:
+    with pytest.raises(StorageError):
+        store.publish(topic, [])
+
+
+def test_publish_async_returns_a_future(store: Store, topic: TopicId) -> None:
+    futs = [store.publish_async(topic, [f"{i}".encode()]) for i in range(20)]
+    assert all(isinstance(f, Future) for f in futs)
+    assert sorted(f.result(timeout=10).base_offset for f in futs) == list(range(20))
+
+
+@pytest.fixture
+def three_ms(store: Store, topic: TopicId, clock) -> tuple[int, list[Message]]:
+    """Offsets 0-2 at T, 3-4 at T+10, 5-6 at T+20."""
+    t0 = clock.now
+    store.publish(topic, [b"m0", b"m1", b"m2"])
+    clock.advance(10)
+    store.publish(topic, [b"m3", b"m4"])
+    clock.advance(10)
+    store.publish(topic, [b"m5", b"m6"])
+    return t0, store.poll(topic)
+
+
+def test_poll_from_none_offset_and_limit(store: Store, topic: TopicId, three_ms) -> None:
+    _, msgs = three_ms
+    assert payloads(msgs) == [f"m{i}".encode() for i in range(7)]
+    assert offsets_of(store.poll(topic, offset=3)) == [3, 4, 5, 6]
+    assert offsets_of(store.poll(topic, offset=3, limit=2)) == [3, 4]
+    assert offsets_of(store.poll(topic, limit=1)) == [0]
+    assert store.poll(topic, offset=7) == []
+    res = store.read(topic, offset=1, max_messages=3)
+    assert offsets_of(res.messages) == [1, 2, 3] and res.next_offset == 4 and not res.held
+    res = store.read(topic, offset=7)
+    assert res.messages == [] and res.next_offset == 7
+
+
+def test_poll_from_message_id(store: Store, topic: TopicId, three_ms) -> None:
+    _, msgs = three_ms
+    mid = msgs[2].id
+    assert offsets_of(store.poll(topic, start=mid)) == [2, 3, 4, 5, 6]
+    assert offsets_of(store.poll(topic, start=mid, inclusive=False)) == [3, 4, 5, 6]
+    assert offsets_of(store.poll(topic, start=bytes(mid), inclusive=False, limit=1)) == [3]
+    assert store.poll(topic, start=msgs[-1].id, inclusive=False) == []
+    assert offsets_of(store.poll(topic, start=msgs[-1].id)) == [6]
+    # an id that is not a message: everything after it
+    between = MessageId.of(msgs[2].id.publish_ts, msgs[2].id.seq, 1, 0)
+    assert offsets_of(store.poll(topic, start=between)) == [3, 4, 5, 6]
+    assert offsets_of(store.poll(topic, start=MessageId.of(0, 0))) == list(range(7))
+
+
+def test_poll_from_timestamp(store: Store, topic: TopicId, three_ms) -> None:
+    t0, _ = three_ms
+    assert offsets_of(store.poll(topic, start=t0)) == list(range(7))
+    assert offsets_of(store.poll(topic, start=t0, inclusive=False)) == [3, 4, 5, 6]
+    assert offsets_of(store.poll(topic, start=t0 + 10)) == [3, 4, 5, 6]
+    assert offsets_of(store.poll(topic, start=t0 + 10, inclusive=False)) == [5, 6]
+    assert offsets_of(store.poll(topic, start=t0 + 5, inclusive=False)) == [3, 4, 5, 6]
+    assert store.poll(topic, start=t0 + 20, inclusive=False) == []
+    assert offsets_of(store.poll(topic, start=0)) == list(range(7))
+
+
+def test_offset_for_time(store: Store, topic: TopicId, three_ms) -> None:
+    t0, _ = three_ms
+    cases = {t0 - 5: 0, t0: 0, t0 + 1: 3, t0 + 10: 3, t0 + 15: 5, t0 + 20: 5, t0 + 21: 7}
+    for ts, expected in cases.items():
+        assert store.offset_for_time(topic, ts) == expected, ts
+
+
+def test_read_out_of_range(store: Store, topic: TopicId, three_ms) -> None:
+    for bad in (-1, 8, 100):
+        with pytest.raises(OffsetOutOfRange) as err:
+            store.read(topic, offset=bad)
+        assert (err.value.offset, err.value.earliest, err.value.next_offset) == (bad, 0, 7)
+
+
+def test_listener_is_told_the_next_offset(store: Store, topic: TopicId) -> None:
+    seen: list[tuple[TopicId, int]] = []
+    store.add_listener(lambda t, n: seen.append((t, n)))
+    store.publish(topic, [b"a", b"b"])
+    assert seen[-1] == (topic, 2)
+
+
+# --- publish timestamps -------------------------------------------------------------------
+def test_clock_going_backwards_never_moves_publish_time_back(
+    store: Store, topic: TopicId, clock
+) -> None:
+    first = store.publish(topic, [b"a", b"b"])
+    clock.advance(-5_000)
+    second = store.publish(topic, [b"c"])
+    clock.advance(-60_000)
+    third = store.publish(topic, [b"d", b"e"])
+    assert first.publish_ts <= second.publish_ts <= third.publish_ts
+    assert first.last_id < second.first_id and second.last_id < third.first_id
+    clock.advance(120_000)
+    fourth = store.publish(topic, [b"f"])
+    assert fourth.publish_ts == clock.now
+    msgs = store.poll(topic)
+    ids = [m.id for m in msgs]
+    assert ids == sorted(ids) and len(set(ids)) == 6
+    ts = [m.publish_ts for m in msgs]
+    assert ts == sorted(ts)
+
+
+def test_more_than_65536_messages_in_one_millisecond(store: Store, topic: TopicId, clock) -> None:
+    t0 = clock.now  # frozen for the whole test
+    results = [store.publish(topic, [b"x"] * n) for n in (60_000, 10_000, 5)]
+    assert [r.base_offset for r in results] == [0, 60_000, 70_000]
+    msgs = store.read(topic, offset=0, max_messages=80_000).messages
+    assert len(msgs) == 70_005 and msgs[-1].offset == 70_004
+    ids = [m.id for m in msgs]
+    assert all(a < b for a, b in zip(ids, ids[1:], strict=False))
+    assert {m.publish_ts for m in msgs} == {t0, t0 + 1}
+    assert [m.id.parts[:2] for m in msgs[65_535:65_537]] == [(t0, 65_535), (t0 + 1, 0)]
+    assert results[1].last_id.parts[:2] == (t0 + 1, 70_000 - 65_536 - 1)
+    assert results[2].first_id.parts[:2] == (t0 + 1, 70_000 - 65_536)
+    # offsets still resolve through the offset index across the roll-over
+    assert [m.offset for m in store.poll(topic, offset=65_530, limit=10)] == list(
+        range(65_530, 65_540)
+    )
+
+
+# --- retention ----------------------------------------------------------------------------
+def test_topic_ttl_at_read_time_and_by_cleanup(
+    store: Store, open_test_store, clock
+) -> None:
+    t = TopicId("default", "short")
+    store.create_topic(t, {"ttl": "1"})
+    t0 = clock.now
+    store.publish(t, [b"old0", b"old1", b"old2"])
+    clock.advance(600)
+    store.publish(t, [b"new3", b"new4"])
+    assert store.offsets(t) == (0, 5)
+
+    clock.now = t0 + 1_100  # the first three are past the 1 s TTL
+    assert payloads(store.poll(t)) == [b"new3", b"new4"]
+    assert offsets_of(store.poll(t)) == [3, 4]
+    assert store.offsets(t) == (3, 5)
+    assert store.offset_for_time(t, t0) == 3
+    with pytest.raises(OffsetOutOfRange) as err:
+        store.read(t, offset=0)
+    assert (err.value.earliest, err.value.next_offset) == (3, 5)
+    assert offsets_of(store.poll(t, offset=3)) == [3, 4]
+    assert offsets_of(store.poll(t, start=t0)) == [3, 4]
+
+    stats = store.cleanup()
+    assert stats["rows_deleted"] >= 3
+    assert len(raw_keys(store, keys.MESSAGE, t)) == 2
+    assert store.offsets(t) == (3, 5)
+
+    clock.now = t0 + 10_000  # everything expired
+    assert store.poll(t) == [] and store.offsets(t) == (5, 5)
+    store.cleanup()
+    assert raw_keys(store, keys.MESSAGE, t) == []
+    assert store.offsets(t) == (5, 5)
+
+    store.close()
+    store = open_test_store()
+    assert store.offsets(t) == (5, 5)  # the next offset survives an empty topic and a reopen
+    r = store.publish(t, [b"later"])
+    assert r.base_offset == 5  # offsets are never reused
+    assert store.poll(t)[0].offset == 5
+    assert r.first_id.publish_ts >= t0 + 600
+
+
+def test_ttl_update_applies_at_read_time(store: Store, topic: TopicId, clock) -> None:
+    store.publish(topic, [b"a"])
+    clock.advance(5_000)
+    store.publish(topic, [b"b"])
+    assert len(store.poll(topic)) == 2
+    store.update_topic(topic, {"ttl": "2"})
+    assert payloads(store.poll(topic)) == [b"b"]
+    store.update_topic(topic, {})
+    assert payloads(store.poll(topic)) == [b"a", b"b"]
+
+
+def test_per_message_ttl(store: Store, topic: TopicId, clock) -> None:
+    store.publish(topic, [Entry(b"short", ttl_ms=100), Entry(b"long", ttl_ms=60_000), b"plain"])
+    clock.advance(50)
+    assert payloads(store.poll(topic)) == [b"short", b"long", b"plain"]
+    clock.advance(100)
+    msgs = store.poll(topic)
+    assert payloads(msgs) == [b"long", b"plain"] and offsets_of(msgs) == [1, 2]
+    assert payloads(store.poll(topic, tx=store.transactions.snapshot())) == [b"long", b"plain"]
+    res = store.read(topic, offset=0)
+    assert offsets_of(res.messages) == [1, 2] and res.next_offset == 3
+
+
+def test_per_message_ttl_cannot_extend_topic_ttl(store: Store, clock) -> None:
+    t = TopicId("default", "ttl1")
+    store.create_topic(t, {"ttl": "1"})
+    store.publish(t, [Entry(b"x", ttl_ms=10_000_000)])
+    clock.advance(2_000)
+    assert store.poll(t) == []
+
+
+def test_per_message_ttl_of_payload_table_entries(store: Store, topic: TopicId, clock) -> None:
+    """BUG storage/reader.py:188-196 (_payload_messages) ignores the ttl_ms column of
+    PayloadTable rows, which store() does write (store.py:296): a message stored with
+    Entry(ttl_ms=10) and published by reference never expires."""
+    tx = store.transactions.start(timeout_s=LONG)
+    store.store(topic, [Entry(b"short", ttl_ms=10), b"plain"], tx)
+    store.publish(topic, [], tx=tx)
+    store.transactions.commit(tx)
+    clock.advance(5_000)
+    assert payloads(store.poll(topic)) == [b"plain"]
+
+
+# --- generations --------------------------------------------------------------------------
+def test_delete_and_recreate_starts_a_new_generation(
+    store: Store, topic: TopicId, open_test_store
+) -> None:
+    store.publish(topic, [f"g1-{i}".encode() for i in range(100)])  # offset-index rows too
+    tx = store.transactions.start(timeout_s=LONG)
+    store.store(topic, [b"g1-stored"], tx)
+    store.publish(topic, [], tx=tx)
+    store.transactions.commit(tx)
+    assert store.offsets(topic) == (0, 101)
+
+    store.delete_topic(topic)
+    with pytest.raises(TopicNotFound):
+        store.poll(topic)
+    md = store.create_topic(topic)
+    assert md.generation == 2
+    assert store.offsets(topic) == (0, 0)
+    assert store.poll(topic) == []
+    assert store.poll(topic, start=0) == []
+    r = store.publish(topic, [b"g2-0"])
+    assert r.base_offset == 0
+    assert payloads(store.poll(topic)) == [b"g2-0"]
+
+    for table in (keys.MESSAGE, keys.PAYLOAD, keys.OFFSET_INDEX):
+        assert any(keys.generation_of(k, len(keys.all_generations_prefix(table, topic))) == 1
+                   for k in raw_keys(store, table, topic))
+    store.cleanup()
+    for table in (keys.MESSAGE, keys.PAYLOAD, keys.OFFSET_INDEX):
+        gens = {
+            keys.generation_of(k, len(keys.all_generations_prefix(table, topic)))
+            for k in raw_keys(store, table, topic)
+        }
+        assert gens <= {2}, table
+
+    store.close()
+    store = open_test_store()
+    assert store.get_topic(topic).generation == 2
+    assert payloads(store.poll(topic)) == [b"g2-0"] and store.offsets(topic) == (0, 1)
+
+
+def test_cleanup_of_a_deleted_topic_removes_its_rows(store: Store, topic: TopicId) -> None:
+    store.publish(topic, [b"a", b"b"])
+    store.delete_topic(topic)
+    assert raw_keys(store, keys.MESSAGE, topic)
+    store.cleanup()
+    assert raw_keys(store, keys.MESSAGE, topic) == []
+
+
+# --- transactions -------------------------------------------------------------------------
+def test_transactional_poll_skips_rolled_back_and_invalid_and_holds(
+    store: Store, topic: TopicId
+) -> None:
+    tm = store.transactions
+    store.publish(topic, [b"m0"])  # 0
+    rolled = tm.start(timeout_s=LONG)
+    r = store.publish(topic, [b"rolled-a", b"rolled-b"], tx=rolled)  # 1, 2
+    assert r.rollback is not None and r.rollback.write_pointer == rolled.write_pointer
+    assert store.rollback(topic, r.rollback) == 2
+    assert store.rollback(topic, r.rollback) == 0  # idempotent
+    aborted = tm.start(timeout_s=LONG)
+    store.publish(topic, [b"aborted"], tx=aborted)  # 3
+    tm.abort(aborted)
+    store.publish(topic, [b"m1"])  # 4
+    committed = tm.start(timeout_s=LONG)
+    store.publish(topic, [b"committed"], tx=committed)  # 5
+    tm.commit(committed)
+    pending = tm.start(timeout_s=LONG)
+    store.publish(topic, [b"pending"], tx=pending)  # 6
+    store.publish(topic, [b"m2"])  # 7
+
+    snap = tm.snapshot()
+    res = store.read(topic, offset=0, tx=snap)
+    assert payloads(res.messages) == [b"m0", b"m1", b"committed"]
+    assert res.held and res.next_offset == 6
+    assert payloads(store.poll(topic, tx=snap)) == [b"m0", b"m1", b"committed"]
+    assert store.read(topic, offset=6, tx=snap).messages == []
+    assert store.read(topic, offset=6, tx=snap).held
+    # skipped rows move next_offset past them
+    res = store.read(topic, offset=1, tx=snap, max_messages=1)
+    assert payloads(res.messages) == [b"m1"] and res.next_offset == 5
+
+    everything = store.poll(topic)  # non-transactional: sees all, never held
+    assert offsets_of(everything) == list(range(8))
+    assert [m.write_pointer for m in everything][1:3] == [-rolled.write_pointer] * 2
+    assert everything[3].write_pointer == aborted.write_pointer
+
+    # the writer's own transaction sees its own entries
+    own = store.poll(topic, tx=pending)
+    assert payloads(own) == [b"m0", b"m1", b"committed", b"pending", b"m2"]
+
+    tm.commit(pending)
+    assert payloads(store.poll(topic, tx=snap)) == [b"m0", b"m1", b"committed"]  # old snapshot
+    after = store.read(topic, offset=0, tx=tm.snapshot())
+    assert payloads(after.messages) == [b"m0", b"m1", b"committed", b"pending", b"m2"]
+    assert not after.held and after.next_offset == 8
+
+
+def test_transaction_started_after_snapshot_is_held(store: Store, topic: TopicId) -> None:
+    snap = store.transactions.snapshot()
+    later = store.transactions.start(timeout_s=LONG)
+    store.publish(topic, [b"x"], tx=later)
+    store.transactions.commit(later)
+    assert store.read(topic, offset=0, tx=snap).held
+    assert payloads(store.poll(topic, tx=store.transactions.snapshot())) == [b"x"]
+
+
+def test_store_then_publish_reference(store: Store, topic: TopicId, clock) -> None:
+    tm = store.transactions
+    tx = tm.start(timeout_s=LONG)
+    store.store(topic, [b"p0", Entry(b"p1", meta=b"h")], tx)
+    clock.advance(3)
+    store.store(topic, [b"p2"], tx)
+    store.publish(topic, [b"m0"])
+    assert payloads(store.poll(topic)) == [b"m0"]  # stored payloads are not visible yet
+    assert store.last_stable_offset(topic) == 1
+
+    clock.advance(3)
+    r = store.publish(topic, [], tx=tx)
+    assert (r.base_offset, r.count) == (1, 3)
+    assert r.rollback is not None and r.rollback.write_pointer == tx.write_pointer
+    store.publish(topic, [b"m1"])
+    assert store.last_stable_offset(topic) == 1
+    assert payloads(store.poll(topic, tx=tm.snapshot())) == [b"m0"]
+    assert store.read(topic, offset=0, tx=tm.snapshot()).held
+
+    tm.commit(tx)
+    assert store.last_stable_offset(topic) == 5
+    msgs = store.poll(topic, tx=tm.snapshot())
+    assert payloads(msgs) == [b"m0", b"p0", b"p1", b"p2", b"m1"]
+    assert offsets_of(msgs) == [0, 1, 2, 3, 4]
+    assert msgs[2].meta == b"h"
+    stored = msgs[1:4]
+    assert all(m.write_pointer == tx.write_pointer for m in stored)
+    assert all(m.id[:10] == r.first_id[:10] and m.id.write_ts > 0 for m in stored)
+    ids = [m.id for m in msgs]
+    assert ids == sorted(ids) and len(set(ids)) == 5
+    assert stored[2].id.write_ts == stored[0].id.write_ts + 3
+
+    # addressing inside a reference row
+    assert payloads(store.poll(topic, offset=2)) == [b"p1", b"p2", b"m1"]
+    assert payloads(store.poll(topic, start=stored[1].id)) == [b"p1", b"p2", b"m1"]
+    assert payloads(store.poll(topic, start=stored[1].id, inclusive=False)) == [b"p2", b"m1"]
+    page = store.read(topic, offset=1, max_messages=2)
+    assert payloads(page.messages) == [b"p0", b"p1"] and page.next_offset == 3
+    page = store.read(topic, offset=page.next_offset, max_messages=2)
+    assert payloads(page.messages) == [b"p2", b"m1"] and page.next_offset == 5
+
+    with pytest.raises(InvalidTransaction):
+        store.publish(topic, [], tx=tx)  # committed: no longer in progress
+
+
+def test_reference_rows_interleave_and_cross_the_offset_index(store: Store, topic: TopicId) -> None:
+    tx = store.transactions.start(timeout_s=LONG)
+    store.publish(topic, [b"d"] * 60)
+    store.store(topic, [f"s{i}".encode() for i in range(10)], tx)
+    store.publish(topic, [], tx=tx)  # offsets 60-69, across the index interval of 64
+    store.transactions.commit(tx)
+    store.publish(topic, [b"e"] * 70)
+    for start in (59, 60, 63, 64, 65, 69, 70, 128, 139):
+        msgs = store.poll(topic, offset=start, limit=3)
+        assert offsets_of(msgs) == list(range(start, min(start + 3, 140))), start
+    assert payloads(store.poll(topic, offset=64, limit=1)) == [b"s4"]
+
+
+def test_store_and_publish_with_reference_twice_in_one_session(
+    store: Store, topic: TopicId
+) -> None:
+    tx = store.transactions.start(timeout_s=LONG)
+    assert store.publish(topic, [], tx=tx).count == 0  # nothing stored: nothing published
+    store.store(topic, [b"a"], tx)
+    store.publish(topic, [], tx=tx)
+    with pytest.raises(InvalidTransaction):
+        store.publish(topic, [], tx=tx)
+    with pytest.raises(InvalidTransaction):
+        store.store(topic, [b"b"], tx)
+    assert store.offsets(topic) == (0, 1)
+
+
+def test_publishing_requires_a_transaction_in_progress(store: Store, topic: TopicId) -> None:
+    tm = store.transactions
+    with pytest.raises(TransactionNotInProgress):
+        store.publish(topic, [b"x"], tx=12345)
+    committed = tm.start(timeout_s=LONG)
+    tm.commit(committed)
+    aborted = tm.start(timeout_s=LONG)
+    tm.abort(aborted)
+    for tx in (committed, aborted, committed.write_pointer):
+        with pytest.raises(TransactionNotInProgress):
+            store.publish(topic, [b"x"], tx=tx)
+        with pytest.raises(TransactionNotInProgress):
+            store.publish(topic, [], tx=tx)
+        with pytest.raises(TransactionNotInProgress):
+            store.store(topic, [b"x"], tx)
+    with pytest.raises(TransactionNotInProgress):
+        tm.commit(committed)
+    with pytest.raises(TransactionNotInProgress):
+        tm.abort(aborted)
+    for bad in (0, -1, True):
+        with pytest.raises(InvalidTransaction):
+            store.publish(topic, [b"x"], tx=bad)
+    assert store.offsets(topic) == (0, 0)
+    open_tx = tm.start(timeout_s=LONG)
+    assert store.publish(topic, [b"ok"], tx=open_tx.write_pointer).base_offset == 0
+
+
+def test_aborted_transaction_entries_are_invisible_to_tx_readers(
+    store: Store, topic: TopicId
+) -> None:
+    tm = store.transactions
+    tx = tm.start(timeout_s=LONG)
+    store.publish(topic, [b"direct"], tx=tx)
+    store.store(topic, [b"stored"], tx)
+    store.publish(topic, [], tx=tx)
+    store.publish(topic, [b"after"])
+    tm.abort(tx)
+    assert tx.write_pointer in tm.invalid()
+    res = store.read(topic, offset=0, tx=tm.snapshot())
+    assert payloads(res.messages) == [b"after"] and not res.held and res.next_offset == 3
+    assert payloads(store.poll(topic)) == [b"direct", b"stored", b"after"]
+    assert store.last_stable_offset(topic) == 3
+
+
+def test_transaction_timeout(store: Store, topic: TopicId, clock) -> None:
+    tm = store.transactions
+    tx = tm.start(timeout_s=0.05)
+    store.publish(topic, [b"slow"], tx=tx)
+    assert store.cleanup()["expired_transactions"] == 0  # not yet
+    clock.advance(100)
+    stats = store.cleanup()
+    assert stats["expired_transactions"] == 1
+    assert tx.write_pointer in tm.invalid() and tx.write_pointer not in tm.in_progress()
+    with pytest.raises(TransactionNotInProgress):
+        store.publish(topic, [b"late"], tx=tx)
+    with pytest.raises(TransactionNotInProgress):
+        tm.commit(tx)
+    res = store.read(topic, offset=0, tx=tm.snapshot())
+    assert res.messages == [] and not res.held and res.next_offset == 1
+
+
+def test_transaction_state_survives_reopen(store: Store, topic: TopicId, open_test_store) -> None:
+    tm = store.transactions
+    store.publish(topic, [b"m0"])
+    committed = tm.start(timeout_s=LONG)
+    store.publish(topic, [b"c"], tx=committed)
+    tm.commit(committed)
+    aborted = tm.start(timeout_s=LONG)
+    store.publish(topic, [b"a"], tx=aborted)
+    tm.abort(aborted)
+    pending = tm.start(timeout_s=LONG)
+    store.publish(topic, [b"p"], tx=pending)
+    store.publish(topic, [b"m1"])
+    assert store.last_stable_offset(topic) == 3
+    store.close()
+
+    store = open_test_store()
+    tm = store.transactions
+    assert set(tm.in_progress()) == {pending.write_pointer}
+    assert tm.invalid() == [aborted.write_pointer]
+    assert store.last_stable_offset(topic) == 3
+    res = store.read(topic, offset=0, tx=tm.snapshot())
+    assert payloads(res.messages) == [b"m0", b"c"] and res.held
+    newer = tm.start(timeout_s=LONG)
+    assert newer.write_pointer > pending.write_pointer
+    assert pending.write_pointer in newer.in_progress
+    store.publish(topic, [b"p2"], tx=pending.write_pointer)  # still in progress after reopen
+    tm.commit(pending.write_pointer)
+    assert store.last_stable_offset(topic) == 6
+    assert payloads(store.poll(topic, tx=tm.snapshot())) == [b"m0", b"c", b"p", b"m1", b"p2"]
+
+
+def test_last_stable_offset(store: Store, topic: TopicId) -> None:
+    tm = store.transactions
+    assert store.last_stable_offset(topic) == 0
+    store.publish(topic, [b"a", b"b"])
+    assert store.last_stable_offset(topic) == 2
+    t1 = tm.start(timeout_s=LONG)
+    store.publish(topic, [b"t1"], tx=t1)  # 2
+    t2 = tm.start(timeout_s=LONG)
+    store.publish(topic, [b"t2"], tx=t2)  # 3
+    store.publish(topic, [b"c"])  # 4
+    assert store.last_stable_offset(topic) == 2
+    tm.commit(t1)
+    assert store.last_stable_offset(topic) == 3
+    tm.abort(t2)
+    assert store.last_stable_offset(topic) == 5
+    t3 = tm.start(timeout_s=LONG)
+    r = store.publish(topic, [b"t3"], tx=t3)  # 5
+    assert store.last_stable_offset(topic) == 5
+    store.rollback(topic, r.rollback)  # still in progress, but its only entry is rolled back
+    assert store.last_stable_offset(topic) == 6
+
+
+# --- concurrency --------------------------------------------------------------------------
+def test_concurrent_publishers_share_one_order(open_test_store) -> None:
+    store = open_test_store(clock=None)  # the wall clock: real concurrency, real fsyncs
+    topic = TopicId("default", "busy")
+    store.create_topic(topic)
+    threads_n, rounds = 8, 120
+    acks: dict[int, list[tuple[int, list[bytes]]]] = {i: [] for i in range(threads_n)}
+    views: list[list[tuple[int, bytes | None, bytes]]] = [[], []]
+    errors: list[BaseException] = []
+    consumer_errors: list[OffsetOutOfRange] = []
+    start = threading.Barrier(threads_n + len(views))
+    done = threading.Event()
+    before = store.writer_stats()
+
+    def publisher(i: int) -> None:
+        try:
+            start.wait()
+            for j in range(rounds):
+                batch = [f"{i}:{j}:{k}".encode() for k in range(1 + (i + j) % 3)]
+                r = store.publish(topic, batch)
+                assert r.count == len(batch)
+                acks[i].append((r.base_offset, batch))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def consumer(view: list[tuple[int, bytes | None, bytes]]) -> None:
+        try:
+            start.wait()
+            pos = 0
+            while True:
+                finished = done.is_set()
+                try:
+                    res = store.read(topic, offset=pos, max_messages=50)
+                except OffsetOutOfRange as exc:  # see test_read_stays_within_visible_offsets
+                    consumer_errors.append(exc)
+                    time.sleep(0.001)
+                    continue
+                view.extend((m.offset, m.payload, bytes(m.id)) for m in res.messages)
+                pos = res.next_offset
+                if finished and not res.messages:
+                    return
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=publisher, args=(i,)) for i in range(threads_n)]
+    readers = [threading.Thread(target=consumer, args=(v,)) for v in views]
+    for th in workers + readers:
+        th.start()
+    for th in workers:
+        th.join(timeout=60)
+    done.set()
+    for th in readers:
+        th.join(timeout=60)
+    assert not errors, errors
+
+    total = sum(len(b) for per in acks.values() for _, b in per)
+    final = read_all(store, topic)
+    assert offsets_of(final) == list(range(total))
+    by_offset = {m.offset: m.payload for m in final}
+    for per in acks.values():
+        bases = [base for base, _ in per]
+        assert bases == sorted(bases)  # a thread's own publishes keep their order
+        for base, batch in per:
+            assert [by_offset[base + k] for k in range(len(batch))] == batch
+    ids = [m.id for m in final]
+    assert ids == sorted(ids) and len(set(ids)) == total
+    expected = [(m.offset, m.payload, bytes(m.id)) for m in final]
+    for view in views:
+        assert view == expected  # every consumer saw the same messages in the same order
+
+    stats = store.writer_stats()
+    ops = stats["operations"] - before["operations"]
+    batches = stats["batches"] - before["batches"]
+    assert ops >= threads_n * rounds
+    assert batches < ops, stats  # group commit: publishers shared fsyncs
+    # a consumer that continues from next_offset is never told it is out of range
+    assert not consumer_errors, consumer_errors[:3]
+
+
+def test_read_stays_within_visible_offsets(store: Store, topic: TopicId) -> None:
+    """BUG storage/store.py:341-368 + reader.py:84: read() takes ``nxt`` from
+    st.visible_offset but scans the backend unbounded. Rows of a batch are in LevelDB before
+    the writer's post-commit actions advance visible_offset (writer.py:128-133), so a read in
+    that window returns offsets >= next and a next_offset beyond it; continuing from that
+    next_offset raises OffsetOutOfRange. Reproduced deterministically: two publishes share
+    one batch, and a listener (it runs on the writer thread between the two
+    visible_offset updates) reads the topic."""
+    gate, inside = threading.Event(), threading.Event()
+    seen: list[object] = []
+
+    def listener(t: TopicId, next_offset: int) -> None:
+        if next_offset == 1:  # the first publish: hold the writer until two more are queued
+            inside.set()
+            gate.wait(10)
+        elif next_offset == 2 and not seen:  # first of the two batched publishes
+            res = store.read(t, offset=0, max_messages=100)
+            seen.append((offsets_of(res.messages), res.next_offset, store.offsets(t)))
+            try:
+                seen.append(store.read(t, offset=res.next_offset).next_offset)
+            except OffsetOutOfRange as exc:
+                seen.append(exc)
+
+    store.add_listener(listener)
+    first = store.publish_async(topic, [b"0"])
+    assert inside.wait(10)
+    a = store.publish_async(topic, [b"1"])
+    b = store.publish_async(topic, [b"2"])
+    gate.set()
+    assert [f.result(10).base_offset for f in (first, a, b)] == [0, 1, 2]
+    (offs, nxt, (_, visible)), after = seen
+    assert max(offs) < visible and nxt <= visible, (offs, nxt, visible)
+    assert not isinstance(after, OffsetOutOfRange), after
+
+
+# --- small durable state ------------------------------------------------------------------
+def test_state_kv(store: Store) -> None:
+    assert store.get_state("groups", "g1") is None
+    store.put_state("groups", "g1", b"one")
+    store.put_states({("groups", "g2"): b"two", ("groups", "h1"): b"h", ("producers", "g1"): b"p"})
+    assert store.get_state("groups", "g1") == b"one"
+    assert store.scan_state("groups") == [("g1", b"one"), ("g2", b"two"), ("h1", b"h")]
+    assert store.scan_state("groups", "g") == [("g1", b"one"), ("g2", b"two")]
+    assert store.scan_state("producers") == [("g1", b"p")]
+    assert store.scan_state("group") == []  # an area is not a prefix of a longer area
+    store.put_state("groups", "g1", None)
+    assert store.get_state("groups", "g1") is None
+    assert store.scan_state("groups", "g") == [("g2", b"two")]
+
+
+def test_publish_state_is_atomic_with_the_data(store: Store, topic: TopicId) -> None:
+    store.put_state("producers", "old", b"gone-soon")
+    r = store.publish(
+        topic, [b"a"], state={("producers", "p1"): b"seq=1", ("producers", "old"): None}
+    )
+    assert r.base_offset == 0
+    assert store.get_state("producers", "p1") == b"seq=1"
+    assert store.get_state("producers", "old") is None
+    # a publish that fails writes neither its messages nor its state
+    with pytest.raises(TransactionNotInProgress):
+        store.publish(topic, [b"b"], tx=999, state={("producers", "p1"): b"seq=2"})
+    with pytest.raises(TopicNotFound):
+        store.publish(TopicId("default", "missing"), [b"c"], state={("producers", "p9"): b"x"})
+    assert store.get_state("producers", "p1") == b"seq=1"
+    assert store.get_state("producers", "p9") is None
+    assert store.offsets(topic) == (0, 1)
+    # transactional publish with state
+    tx = store.transactions.start(timeout_s=LONG)
+    store.store(topic, [b"s"], tx)
+    store.publish(topic, [], tx=tx, state={("producers", "p1"): b"seq=3"})
+    assert store.get_state("producers", "p1") == b"seq=3"
+
+
+# --- close and reopen ---------------------------------------------------------------------
+def test_close_and_reopen_keeps_everything(
+    store: Store, topic: TopicId, open_test_store, clock
+) -> None:
+    other = TopicId("other", "t")
+    store.create_topic(other, {"ttl": "86400", "x": "y"})
+    store.publish(topic, [Entry(b"a", meta=b"m"), Entry(None), b"c"])
+    tx = store.transactions.start(timeout_s=LONG)
+    store.store(topic, [b"s0", b"s1"], tx)
+    store.publish(topic, [], tx=tx)
+    store.transactions.commit(tx)
+    store.publish(other, [b"o"])
+    store.put_state("groups", "g", b"v")
+    before = store.poll(topic)
+    before_other = store.poll(other)
+    md = store.get_topic(topic), store.get_topic(other)
+    store.close()
+    store.close()  # twice is fine
+
+    clock.advance(-1_000)  # even with the clock behind
+    store = open_test_store()
+    assert (store.get_topic(topic), store.get_topic(other)) == md
+    assert store.list_topics("other") == [other]
+    assert store.poll(topic) == before
+    assert store.poll(other) == before_other
+    assert store.get_state("groups", "g") == b"v"
+    assert store.offsets(topic) == (0, 5)
+    r = store.publish(topic, [b"next"])
+    assert r.base_offset == 5 and r.first_id > before[-1].id
+
+
+def test_store_closed(store: Store, topic: TopicId) -> None:
+    store.publish(topic, [b"a"])
+    store.close()
+    calls = [
+        lambda: store.get_topic(topic),
+        lambda: store.list_topics("default"),
+        lambda: store.create_topic(TopicId("default", "new")),
+        lambda: store.update_topic(topic, {}),
+        lambda: store.delete_topic(topic),
+        lambda: store.publish(topic, [b"b"]),
+        lambda: store.publish_async(topic, [b"b"]),
+        lambda: store.read(topic, offset=0),
+        lambda: store.poll(topic),
+        lambda: store.offsets(topic),
+        lambda: store.last_stable_offset(topic),
+        lambda: store.offset_for_time(topic, 0),
+        lambda: store.get_state("a", "b"),
+        lambda: store.put_state("a", "b", b"c"),
+        lambda: store.scan_state("a"),
+        lambda: store.cleanup(),
+        lambda: store.transactions.start(),
+    ]
+    for i, call in enumerate(calls):
+        with pytest.raises(StoreClosed):
+            call()
+            pytest.fail(f"call {i} did not raise")
+
+
+# --- bugs found: each test states what the seed / docs require --------------------------
+def test_reference_published_twice_across_reopen(
+    store: Store, topic: TopicId, open_test_store
+) -> None:
+    """BUG storage/topics.py:92 + storage/store.py:232: ``published_refs`` lives only in
+    memory. After a reopen, publish(t, [], tx=wp) for an in-progress wp whose payloads were
+    already published is accepted again and adds a second reference row: every stored
+    payload is delivered twice, under new offsets."""
+    tx = store.transactions.start(timeout_s=LONG)
+    store.store(topic, [b"p0", b"p1"], tx)
+    store.publish(topic, [], tx=tx)
+    store.close()
+    store = open_test_store()
+    with pytest.raises(InvalidTransaction):
+        store.publish(topic, [], tx=tx.write_pointer)
+    assert payloads(store.poll(topic)) == [b"p0", b"p1"]
+
+
+def test_store_after_reference_across_reopen_keeps_offsets_unique(
+    store: Store, topic: TopicId, open_test_store
+) -> None:
+    """BUG storage/store.py:277 (store_async): after a reopen ``published_refs`` is empty, so
+    store() adds PayloadTable rows to a write pointer whose reference row (count=1) is
+    already in the MessageTable. The reader (reader.py:188) then yields every payload row of
+    the write pointer, so the late payload appears inside the old reference row with an
+    offset that the next row also has: two messages with offset 1."""
+    tx = store.transactions.start(timeout_s=LONG)
+    store.store(topic, [b"p0"], tx)
+    store.publish(topic, [], tx=tx)  # offset 0
+    store.publish(topic, [b"after"])  # offset 1
+    store.close()
+    store = open_test_store()
+    with pytest.raises(InvalidTransaction):
+        store.store(topic, [b"late"], tx.write_pointer)
+    msgs = store.poll(topic)
+    assert offsets_of(msgs) == [0, 1]
+    assert payloads(msgs) == [b"p0", b"after"]
+
+
+def test_stored_payloads_are_not_overwritten_after_reopen(
+    store: Store, topic: TopicId, open_test_store
+) -> None:
+    """BUG storage/topics.py:124-127 (load_state): last_payload_ts/seq is taken from the
+    *last key* of the PayloadTable, i.e. the highest write pointer, not the latest write.
+    With two open transactions storing in the same millisecond, a reopen resumes the
+    sequence too low and the next store() of the older transaction reuses a key, silently
+    overwriting an acknowledged payload (a1 is lost below)."""
+    tm = store.transactions
+    a = tm.start(timeout_s=LONG)
+    b = tm.start(timeout_s=LONG)
+    store.store(topic, [b"a0"], a)
+    store.store(topic, [b"b0"], b)
+    store.store(topic, [b"a1"], a)
+    store.close()
+    store = open_test_store()  # same millisecond (or a clock that went back)
+    store.store(topic, [b"a2"], a.write_pointer)
+    store.publish(topic, [], tx=a.write_pointer)
+    store.store(topic, [b"b1"], b.write_pointer)
+    store.publish(topic, [], tx=b.write_pointer)
+    assert payloads(store.poll(topic)) == [b"a0", b"a1", b"a2", b"b0", b"b1"]
+
+
+def test_last_stable_offset_after_reopen_when_the_clock_went_back(
+    store: Store, topic: TopicId, open_test_store, clock
+) -> None:
+    """BUG storage/store.py:553-555 + topics.py:128-135: after a reopen, rows of in-progress
+    transactions are searched from (oldest write pointer's time - 60 s). Write pointers
+    never go back (max(last+1, now*1e6)) but publish times follow the topic's clock, so after
+    the clock stepped back more than 60 s an in-progress row is older than that floor and
+    last_stable_offset() reports it as stable."""
+    store.publish(topic, [b"m0"])
+    clock.advance(100_000)
+    tx = store.transactions.start(timeout_s=LONG)
+    clock.advance(-95_000)
+    r = store.publish(topic, [b"open"], tx=tx)
+    assert store.last_stable_offset(topic) == r.base_offset == 1
+    store.close()
+    store = open_test_store()
+    assert store.transactions.is_in_progress(tx.write_pointer)
+    assert store.last_stable_offset(topic) == 1
+
+
+def test_invalidate_does_not_hide_committed_messages(store: Store, topic: TopicId) -> None:
+    """BUG storage/transactions.py:122-129: invalidate() puts any write pointer on the
+    invalid list, committed ones included (and returns True). Tephra's invalidate refuses
+    committed transactions ("to prevent from invalidating committed transactions"); here a
+    committed, already consumed message disappears for every later transactional reader."""
+    tm = store.transactions
+    tx = tm.start(timeout_s=LONG)
+    store.publish(topic, [b"committed"], tx=tx)
+    tm.commit(tx)
+    assert payloads(store.poll(topic, tx=tm.snapshot())) == [b"committed"]
+    assert tm.invalidate(tx.write_pointer) is False
+    assert payloads(store.poll(topic, tx=tm.snapshot())) == [b"committed"]
