@@ -52,8 +52,10 @@ def make_records(n: int, tag: str, start: int = 0, size: int = 120) -> list[Rec]
 
 def assert_same_records(got: list[Rec], expected: list[Rec], what: str = "records") -> None:
     """Compare consumed records with the produced ones, reporting the first difference."""
-    for i, (g, e) in enumerate(zip(got, expected)):
-        assert g == e, f"{what}: first difference at position {i}:\n  got      {g!r}\n  expected {e!r}"
+    for i, (g, e) in enumerate(zip(got, expected, strict=False)):
+        assert g == e, (
+            f"{what}: first difference at position {i}:\n  got      {g!r}\n  expected {e!r}"
+        )
     assert len(got) == len(expected), (
         f"{what}: got {len(got)} records, expected {len(expected)}"
         + (f"; first extra {got[len(expected)]!r}" if len(got) > len(expected) else "")
@@ -76,10 +78,12 @@ def wait_until(pred: Callable[[], object], timeout: float, what: str, interval: 
             v = pred()
             if v:
                 return v
-        except Exception as exc:  # noqa: BLE001 - reported below
+        except Exception as exc:
             last_exc = exc
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last error: {last_exc!r}")
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what}; last error: {last_exc!r}"
+            )
         time.sleep(interval)
 
 

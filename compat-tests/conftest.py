@@ -10,15 +10,18 @@ Environment:
                                       a gateway (e.g. a real Kafka as an oracle); restart tests
                                       and tmsgate-only specs are skipped then.
   TMSGATE_COMPAT_GATEWAY_ARGS="..."   extra arguments appended to `tmsgate serve`.
-  TMSGATE_COMPAT_KEEP_LOG=1           print the gateway log path at the end of the session.
+  TMSGATE_COMPAT_KEEP_LOG=1           keep the gateway's temp dir (store + gateway.log) and print
+                                      the log path at the end of the session.
   CI=1                                a missing java/javac/kcat or jar download FAILS instead of
                                       skipping.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,7 +35,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compat_helpers import ADMIN_TIMEOUT_S, IN_CI, unavailable  # noqa: E402
+from compat_helpers import ADMIN_TIMEOUT_S, IN_CI, unavailable
 
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT_S = 20.0
@@ -104,7 +107,7 @@ class Gateway:
             return "<no gateway log>"
         lines = data.decode("utf-8", "replace").splitlines()
         if len(lines) > max_lines:
-            lines = [f"... ({len(lines) - max_lines} earlier lines)"] + lines[-max_lines:]
+            lines = [f"... ({len(lines) - max_lines} earlier lines)", *lines[-max_lines:]]
         return "\n".join(lines)
 
     def log_size(self) -> int:
@@ -116,22 +119,24 @@ class Gateway:
     def start(self) -> None:
         script = _tmsgate_script()
         if not script.exists():
-            raise RuntimeError(f"tmsgate console script not found at {script} (is the package installed?)")
+            raise RuntimeError(
+                f"tmsgate console script not found at {script} (is the package installed?)"
+            )
         self.starts += 1
-        log = open(self.log_path, "ab")
-        log.write(f"\n===== compat-tests: start #{self.starts}: {shlex.join(self.command())}\n".encode())
-        log.flush()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            self.command(),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=str(self.workdir),
-            start_new_session=True,
-        )
-        log.close()
+        with open(self.log_path, "ab") as log:
+            banner = f"\n===== compat-tests: start #{self.starts}: {shlex.join(self.command())}\n"
+            log.write(banner.encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(self.workdir),
+                start_new_session=True,
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             rc = self.proc.poll()
@@ -147,7 +152,8 @@ class Gateway:
             time.sleep(0.05)
         self._kill()
         raise RuntimeError(
-            f"tmsgate did not accept connections on {self.bootstrap} within {START_TIMEOUT_S:.0f}s.\n"
+            f"tmsgate did not accept connections on {self.bootstrap} "
+            f"within {START_TIMEOUT_S:.0f}s.\n"
             f"command: {shlex.join(self.command())}\n"
             f"--- gateway output ---\n{self.log_tail(80)}"
         )
@@ -155,10 +161,8 @@ class Gateway:
     def _kill(self) -> None:
         if self.proc is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
-        except ProcessLookupError:
-            pass
         self.exit_codes.append(self.proc.wait(timeout=STOP_TIMEOUT_S))
         self.proc = None
 
@@ -167,10 +171,8 @@ class Gateway:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             try:
                 self.proc.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
@@ -180,7 +182,9 @@ class Gateway:
                 return
         self.exit_codes.append(self.proc.returncode)
         with open(self.log_path, "ab") as log:
-            log.write(f"\n===== compat-tests: exited with code {self.proc.returncode} after SIGTERM\n".encode())
+            log.write(
+                f"\n===== compat-tests: exit code {self.proc.returncode} after SIGTERM\n".encode()
+            )
         self.proc = None
 
     def restart(self) -> None:
@@ -216,7 +220,9 @@ class ExternalBroker:
         return self._bootstrap
 
     def restart(self) -> None:
-        pytest.skip("restart needs a gateway started by the suite (TMSGATE_COMPAT_BOOTSTRAP is set)")
+        pytest.skip(
+            "restart needs a gateway started by the suite (TMSGATE_COMPAT_BOOTSTRAP is set)"
+        )
 
     crash_restart = restart
 
@@ -235,23 +241,31 @@ _GATEWAY: Gateway | ExternalBroker | None = None
 
 @pytest.fixture(scope="session")
 def gateway():
-    """The gateway under test: `.bootstrap`, `.restart()`, `.crash_restart()`; stopped at the end."""
+    """The gateway under test: `.bootstrap`, `.restart()`, `.crash_restart()`.
+
+    Stopped (SIGTERM, then SIGKILL) at the end of the session.
+    """
     global _GATEWAY
     ext = os.environ.get("TMSGATE_COMPAT_BOOTSTRAP")
     if ext:
         broker = ExternalBroker(ext)
         if not broker.alive():
-            pytest.fail(f"TMSGATE_COMPAT_BOOTSTRAP={ext} does not accept connections", pytrace=False)
+            pytest.fail(
+                f"TMSGATE_COMPAT_BOOTSTRAP={ext} does not accept connections", pytrace=False
+            )
         _GATEWAY = broker
         yield broker
         _GATEWAY = None
         return
     workdir = Path(tempfile.mkdtemp(prefix="tmsgate-compat-"))
     gw = Gateway(workdir)
+    error = None
     try:
         gw.start()
     except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        error = str(exc)
+    if error is not None:
+        pytest.fail(error, pytrace=False)
     _GATEWAY = gw
     try:
         yield gw
@@ -260,6 +274,8 @@ def gateway():
         gw.stop()
         if os.environ.get("TMSGATE_COMPAT_KEEP_LOG"):
             print(f"\ntmsgate compat gateway log: {gw.log_path}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture
@@ -299,37 +315,6 @@ def topic(gateway, topic_name) -> str:
 # --------------------------------------------------------------------------- java
 
 
-class JavaClient:
-    """Runs compat-tests/java/KafkaCompat (kafka-clients 3.9.0) and parses its JSON lines."""
-
-    def __init__(self, classpath: str):
-        self.classpath = classpath
-
-    def run(self, *args: str, timeout: float = 60.0, check: bool = True):
-        import json
-
-        cmd = ["java", "-Xss1m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", self.classpath,
-               "KafkaCompat", *map(str, args)]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            raise AssertionError(
-                f"java {shlex.join(map(str, args))} did not finish within {timeout}s\n"
-                f"--- stdout ---\n{exc.stdout}\n--- stderr ---\n{exc.stderr}"
-            ) from None
-        lines = []
-        for line in p.stdout.splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                lines.append(json.loads(line))
-        if check and p.returncode != 0:
-            raise AssertionError(
-                f"java KafkaCompat {shlex.join(map(str, args))} exited {p.returncode}\n"
-                f"--- stdout ---\n{p.stdout[-4000:]}\n--- stderr ---\n{p.stderr[-6000:]}"
-            )
-        return JavaResult(p.returncode, lines, p.stderr)
-
-
 class JavaResult:
     def __init__(self, rc: int, lines: list[dict], stderr: str):
         self.rc = rc
@@ -338,15 +323,79 @@ class JavaResult:
 
     @property
     def one(self) -> dict:
-        assert len(self.lines) == 1, f"expected one JSON object, got {self.lines}\nstderr:\n{self.stderr}"
+        assert len(self.lines) == 1, (
+            f"expected one JSON object, got {self.lines}\nstderr:\n{self.stderr}"
+        )
         return self.lines[0]
+
+
+class JavaClient:
+    """Runs compat-tests/java/KafkaCompat (kafka-clients 3.9.0) and parses its JSON lines."""
+
+    def __init__(self, classpath: str):
+        self.classpath = classpath
+
+    def command(self, *args) -> list[str]:
+        return [
+            "java",
+            "-Xss1m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+            self.classpath,
+            "KafkaCompat",
+            *map(str, args),
+        ]
+
+    def run(self, *args, timeout: float = 60.0, check: bool = True) -> JavaResult:
+        """Run one KafkaCompat command to completion (bounded by timeout)."""
+        try:
+            p = subprocess.run(self.command(*args), capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(
+                f"java {shlex.join(map(str, args))} did not finish within {timeout}s\n"
+                f"--- stdout ---\n{exc.stdout}\n--- stderr ---\n{exc.stderr}"
+            ) from None
+        return self.result(args, p.returncode, p.stdout, p.stderr, check)
+
+    def start(self, *args) -> subprocess.Popen:
+        """Start a KafkaCompat command in the background; finish it with .finish()."""
+        return subprocess.Popen(
+            self.command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def finish(
+        self, proc: subprocess.Popen, args, timeout: float = 60.0, check: bool = True
+    ) -> JavaResult:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(
+                f"java {shlex.join(map(str, args))} did not finish within {timeout}s\n"
+                f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-6000:]}"
+            ) from None
+        return self.result(args, proc.returncode, out, err, check)
+
+    @staticmethod
+    def result(args, rc: int, stdout: str, stderr: str, check: bool) -> JavaResult:
+        import json
+
+        lines = [
+            json.loads(ln) for ln in (x.strip() for x in stdout.splitlines()) if ln.startswith("{")
+        ]
+        if check and rc != 0:
+            raise AssertionError(
+                f"java KafkaCompat {shlex.join(map(str, args))} exited {rc}\n"
+                f"--- stdout ---\n{stdout[-4000:]}\n--- stderr ---\n{stderr[-6000:]}"
+            )
+        return JavaResult(rc, lines, stderr)
 
 
 @pytest.fixture(scope="session")
 def java_client() -> JavaClient:
     """Builds the Java driver once per session (compat-tests/java/build.sh)."""
-    import shutil
-
     for tool in ("java", "javac"):
         if shutil.which(tool) is None:
             unavailable(f"{tool} not found on PATH: the Java compat tests need a JDK 17")
@@ -385,7 +434,10 @@ def pytest_runtest_makereport(item, call):
         start = getattr(item, "_tmsgate_log_start", 0)
         alive = "running" if _GATEWAY.alive() else f"NOT RUNNING (exit codes {_GATEWAY.exit_codes})"
         rep.sections.append(
-            (f"tmsgate gateway log during this test [gateway {alive}]", _GATEWAY.log_tail(120, start))
+            (
+                f"tmsgate gateway log during this test [gateway {alive}]",
+                _GATEWAY.log_tail(120, start),
+            )
         )
 
 

@@ -62,7 +62,8 @@ def new_consumer(gateway, **kw) -> AIOKafkaConsumer:
 
 async def send_all(p: AIOKafkaProducer, topic: str, records: list[Rec]) -> list[int]:
     futs = [
-        await p.send(topic, key=r.key, value=r.value, headers=list(r.headers), partition=0) for r in records
+        await p.send(topic, key=r.key, value=r.value, headers=list(r.headers), partition=0)
+        for r in records
     ]
     metas = await asyncio.wait_for(asyncio.gather(*futs), PRODUCE_TIMEOUT_S)
     return [m.offset for m in metas]
@@ -91,7 +92,9 @@ async def consume(gateway, topic, n, start=0, **kw):
             out.extend(batch.get(tp, []))
     finally:
         await c.stop()
-    assert len(out) >= n, f"consumed {len(out)} of {n} records from offset {start} in {CONSUME_TIMEOUT_S}s"
+    assert len(out) >= n, (
+        f"consumed {len(out)} of {n} records from offset {start} in {CONSUME_TIMEOUT_S}s"
+    )
     return out
 
 
@@ -151,7 +154,12 @@ def test_null_key_and_null_value(gateway, topic):
         assert_dense_offsets(await produce(gateway, topic, records), 0, len(records))
         got = await consume(gateway, topic, len(records))
         assert_same_records(as_recs(got), records)
-        assert got[0].key is None and got[1].value is None and got[2].key == b"" and got[2].value == b""
+        assert (
+            got[0].key is None
+            and got[1].value is None
+            and got[2].key == b""
+            and got[2].value == b""
+        )
 
     run(go())
 
@@ -192,7 +200,9 @@ def test_restart_in_the_middle(gateway, topic):
         try:
             assert_dense_offsets(await send_all(p, topic, first), 0, 100, "before restart")
             await asyncio.get_running_loop().run_in_executor(None, gateway.restart)
-            assert_dense_offsets(await produce(gateway, topic, second, "zstd"), 100, 50, "fresh producer")
+            assert_dense_offsets(
+                await produce(gateway, topic, second, "zstd"), 100, 50, "fresh producer"
+            )
             assert_dense_offsets(await send_all(p, topic, third), 150, 50, "surviving producer")
         finally:
             await p.stop()

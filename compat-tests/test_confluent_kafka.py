@@ -76,8 +76,13 @@ def consumer(gateway, **kw) -> Consumer:
 
 
 def admin_client(gateway) -> AdminClient:
-    return AdminClient({"bootstrap.servers": gateway.bootstrap, "client.id": "compat-confluent-admin",
-                        "socket.timeout.ms": 10_000})
+    return AdminClient(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "client.id": "compat-confluent-admin",
+            "socket.timeout.ms": 10_000,
+        }
+    )
 
 
 def send_all(p: Producer, topic: str, records: list[Rec]) -> list[int]:
@@ -92,7 +97,13 @@ def send_all(p: Producer, topic: str, records: list[Rec]) -> list[int]:
     for i, r in enumerate(records):
         while True:
             try:
-                p.produce(topic, value=r.value, key=r.key, headers=list(r.headers) or None, on_delivery=cb_for(i))
+                p.produce(
+                    topic,
+                    value=r.value,
+                    key=r.key,
+                    headers=list(r.headers) or None,
+                    on_delivery=cb_for(i),
+                )
                 break
             except BufferError:
                 p.poll(0.1)
@@ -127,7 +138,9 @@ def consume(gateway, topic, n, start=0, **kw):
             out.append(m)
     finally:
         c.close()
-    assert len(out) >= n, f"consumed {len(out)} of {n} records from offset {start}; errors: {errors[:5]}"
+    assert len(out) >= n, (
+        f"consumed {len(out)} of {n} records from offset {start}; errors: {errors[:5]}"
+    )
     return out
 
 
@@ -219,7 +232,9 @@ def test_list_offsets_consumer(gateway, topic, isolation):
         assert c.get_watermark_offsets(tp, timeout=10, cached=False) == (0, 50)
         (found,) = c.offsets_for_times([TopicPartition(topic, 0, ts)], timeout=10)
         assert found.error is None and found.offset == 30, found
-        (future,) = c.offsets_for_times([TopicPartition(topic, 0, int(time.time() * 1000) + 3_600_000)], timeout=10)
+        (future,) = c.offsets_for_times(
+            [TopicPartition(topic, 0, int(time.time() * 1000) + 3_600_000)], timeout=10
+        )
         # Kafka answers -1 (no such record); librdkafka reports it as OFFSET_END (-1)
         assert future.offset == -1, future
     finally:
@@ -228,11 +243,15 @@ def test_list_offsets_consumer(gateway, topic, isolation):
 
 def _list_offsets(admin, topic, spec, isolation):
     tp = TopicPartition(topic, 0)
-    futs = admin.list_offsets({tp: spec}, isolation_level=isolation, request_timeout=ADMIN_TIMEOUT_S)
+    futs = admin.list_offsets(
+        {tp: spec}, isolation_level=isolation, request_timeout=ADMIN_TIMEOUT_S
+    )
     return futs[tp].result(timeout=ADMIN_TIMEOUT_S)
 
 
-@pytest.mark.parametrize("isolation", [IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED])
+@pytest.mark.parametrize(
+    "isolation", [IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED]
+)
 def test_list_offsets_admin(gateway, topic, isolation):
     admin = admin_client(gateway)
     assert _list_offsets(admin, topic, OffsetSpec.earliest(), isolation).offset == 0
@@ -244,7 +263,9 @@ def test_list_offsets_admin(gateway, topic, isolation):
     assert _list_offsets(admin, topic, OffsetSpec.latest(), isolation).offset == 50
     found = _list_offsets(admin, topic, OffsetSpec.for_timestamp(ts), isolation)
     assert found.offset == 30 and found.timestamp >= ts, found
-    none = _list_offsets(admin, topic, OffsetSpec.for_timestamp(int(time.time() * 1000) + 3_600_000), isolation)
+    none = _list_offsets(
+        admin, topic, OffsetSpec.for_timestamp(int(time.time() * 1000) + 3_600_000), isolation
+    )
     assert none.offset == -1, none
 
 
@@ -255,8 +276,12 @@ def _result(futs: dict, key):
 def test_admin_create_describe_delete(gateway, topic_name):
     admin = admin_client(gateway)
     t = topic_name
-    _result(admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1)],
-                                request_timeout=ADMIN_TIMEOUT_S), t)
+    _result(
+        admin.create_topics(
+            [NewTopic(t, num_partitions=1, replication_factor=1)], request_timeout=ADMIN_TIMEOUT_S
+        ),
+        t,
+    )
     md = admin.list_topics(topic=t, timeout=10)
     assert t in md.topics and md.topics[t].error is None, md.topics.get(t)
     assert list(md.topics[t].partitions) == [0]
@@ -286,15 +311,30 @@ def test_admin_create_describe_delete(gateway, topic_name):
 def test_admin_configs(gateway, topic_name):
     admin = admin_client(gateway)
     t = topic_name
-    _result(admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1,
-                                          config={"retention.ms": "3600000"})]), t)
+    _result(
+        admin.create_topics(
+            [
+                NewTopic(
+                    t, num_partitions=1, replication_factor=1, config={"retention.ms": "3600000"}
+                )
+            ]
+        ),
+        t,
+    )
     res = ConfigResource(ResourceType.TOPIC, t)
-    configs = admin.describe_configs([res], request_timeout=ADMIN_TIMEOUT_S)[res].result(timeout=ADMIN_TIMEOUT_S)
+    configs = admin.describe_configs([res], request_timeout=ADMIN_TIMEOUT_S)[res].result(
+        timeout=ADMIN_TIMEOUT_S
+    )
     assert configs["retention.ms"].value == "3600000", configs["retention.ms"]
     assert not configs["retention.ms"].is_default
 
-    alter = ConfigResource(ResourceType.TOPIC, t, incremental_configs=[
-        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    alter = ConfigResource(
+        ResourceType.TOPIC,
+        t,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
     admin.incremental_alter_configs([alter])[alter].result(timeout=ADMIN_TIMEOUT_S)
     configs = admin.describe_configs([res])[res].result(timeout=ADMIN_TIMEOUT_S)
     assert configs["retention.ms"].value == "7200000", configs["retention.ms"]
@@ -303,5 +343,8 @@ def test_admin_configs(gateway, topic_name):
 def test_tmsgate_create_topic_with_3_partitions_is_invalid(tmsgate_only, topic_name):
     admin = admin_client(tmsgate_only)
     with pytest.raises(KafkaException) as ei:
-        _result(admin.create_topics([NewTopic(topic_name, num_partitions=3, replication_factor=1)]), topic_name)
+        _result(
+            admin.create_topics([NewTopic(topic_name, num_partitions=3, replication_factor=1)]),
+            topic_name,
+        )
     assert ei.value.args[0].code() == KafkaError.INVALID_PARTITIONS, ei.value

@@ -35,14 +35,18 @@ def padding(i: int, codec: str, size: int = PAD) -> str:
     return s
 
 
-def expected(i: int, codec: str, size: int = PAD, null_key_every=0, null_value_every=0, null_header=False):
+def expected(
+    i: int, codec: str, size: int = PAD, null_key_every=0, null_value_every=0, null_header=False
+):
     headers = [["idx", str(i)], ["hk", f"hv-{i}"]]
     if null_header:
         headers.append(["hnull", None])
     return {
         "offset": i,
         "key": None if null_key_every and i % null_key_every == 0 else f"k-{i}",
-        "value": None if null_value_every and i % null_value_every == 0 else padding(i, codec, size),
+        "value": None
+        if null_value_every and i % null_value_every == 0
+        else padding(i, codec, size),
         "headers": headers,
     }
 
@@ -64,12 +68,14 @@ def consume(java, gateway, topic, start, n, *opts, end_offset=None):
     assert len(records) == n, f"got {len(records)} of {n}\n{res.stderr[-3000:]}"
     assert end["position"] >= start + n, end
     if end_offset is not None:
-        assert end["position"] == end_offset, f"consumer position {end['position']}, expected {end_offset}"
+        assert end["position"] == end_offset, (
+            f"consumer position {end['position']}, expected {end_offset}"
+        )
     return records
 
 
 def check_records(records, exp):
-    for i, (got, want) in enumerate(zip(records, exp)):
+    for i, (got, want) in enumerate(zip(records, exp, strict=False)):
         sub = {k: got[k] for k in want}
         assert sub == want, f"record {i} differs:\n  got      {sub}\n  expected {want}"
     assert len(records) == len(exp)
@@ -89,7 +95,10 @@ def test_headers_nulls_and_read_committed(java_client, gateway, topic):
     n = 12
     opts = ["--null-key-every", "3", "--null-value-every", "4", "--null-header"]
     assert_dense_offsets(produce(java_client, gateway, topic, n, "gzip", *opts), 0, n)
-    exp = [expected(i, "gzip", null_key_every=3, null_value_every=4, null_header=True) for i in range(n)]
+    exp = [
+        expected(i, "gzip", null_key_every=3, null_value_every=4, null_header=True)
+        for i in range(n)
+    ]
     check_records(consume(java_client, gateway, topic, 0, n), exp)
     # Spark reads with isolation.level=read_committed: same records when no transaction is open
     check_records(consume(java_client, gateway, topic, 0, n, "read_committed"), exp)
@@ -97,8 +106,20 @@ def test_headers_nulls_and_read_committed(java_client, gateway, topic):
 
 def test_order_dense_offsets_and_seek(java_client, gateway, topic):
     assert_dense_offsets(
-        produce(java_client, gateway, topic, 2000, "lz4", "--prop", "batch.size=4096", "--prop", "linger.ms=0"),
-        0, 2000)
+        produce(
+            java_client,
+            gateway,
+            topic,
+            2000,
+            "lz4",
+            "--prop",
+            "batch.size=4096",
+            "--prop",
+            "linger.ms=0",
+        ),
+        0,
+        2000,
+    )
     assert_dense_offsets(produce(java_client, gateway, topic, 500, "zstd", start=2000), 2000, 500)
     records = consume(java_client, gateway, topic, 0, 2500)
     assert_dense_offsets([r["offset"] for r in records], 0, 2500)
@@ -161,7 +182,9 @@ def test_admin_create_exists_delete_list(java_client, gateway, topic_name):
 
 def test_admin_describe_configs(java_client, gateway, topic_name):
     t = topic_name
-    assert java_client.run("create", gateway.bootstrap, t, 1, "--config", "retention.ms=3600000").one == {"ok": True}
+    assert java_client.run(
+        "create", gateway.bootstrap, t, 1, "--config", "retention.ms=3600000"
+    ).one == {"ok": True}
     cfg = java_client.run("describe-configs", gateway.bootstrap, t).one["configs"]
     assert cfg["retention.ms"]["value"] == "3600000", cfg.get("retention.ms")
     assert cfg["retention.ms"]["source"] == "DYNAMIC_TOPIC_CONFIG", cfg["retention.ms"]
@@ -170,3 +193,88 @@ def test_admin_describe_configs(java_client, gateway, topic_name):
 def test_tmsgate_create_topic_with_3_partitions_is_invalid(java_client, tmsgate_only, topic_name):
     res = java_client.run("create", tmsgate_only.bootstrap, topic_name, 3).one
     assert res.get("error", "").endswith("InvalidPartitionsException"), res
+
+
+def test_create_time_and_list_offsets_for_back_dated_records(java_client, gateway, topic):
+    """Records with explicit (back-dated) CreateTime keep it, and listOffsets(forTimestamp) finds
+    them by it -- Spark's startingOffsetsByTimestamp on data that was produced with old stamps."""
+    base = int(time.time() * 1000) - 7 * 86_400_000
+    for k in range(3):
+        produce(java_client, gateway, topic, 5, "none", "--timestamp", base + 1000 * k, start=5 * k)
+    records = consume(java_client, gateway, topic, 0, 15, end_offset=15)
+    assert [r["timestamp"] for r in records] == [base + 1000 * (i // 5) for i in range(15)]
+    assert {r["timestamp_type"] for r in records} == {"CreateTime"}
+    res = java_client.run("offsets", gateway.bootstrap, topic, "--timestamp", base + 500).one
+    assert res["for_timestamp"].get("offset") == 5, res
+    assert res["for_timestamp"].get("timestamp") == base + 1000, res
+    res = java_client.run("offsets", gateway.bootstrap, topic, "--timestamp", base + 2001).one
+    assert res["for_timestamp"].get("offset") == -1, res
+
+
+def test_consumer_lives_through_restart(java_client, gateway, topic, tmp_path):
+    """A KafkaConsumer (fetch sessions, cached topic ids) keeps reading across a gateway restart,
+    as a Spark executor's cached consumer would."""
+    assert_dense_offsets(produce(java_client, gateway, topic, 50, "gzip"), 0, 50)
+    before = java_client.run("admin", gateway.bootstrap, topic, "--no-create").one["describe"]
+    pause = tmp_path / "pause"
+    args = (
+        "consume",
+        gateway.bootstrap,
+        topic,
+        0,
+        100,
+        "--pause-after",
+        50,
+        "--pause-file",
+        pause,
+        "--timeout-ms",
+        60000,
+    )
+    proc = java_client.start(*args)
+    try:
+        deadline = time.monotonic() + 40
+        while not pause.exists():
+            assert proc.poll() is None, f"consumer exited early: {proc.communicate()}"
+            assert time.monotonic() < deadline, "consumer did not read the first 50 records in 40 s"
+            time.sleep(0.05)
+        gateway.restart()
+        assert_dense_offsets(produce(java_client, gateway, topic, 50, "gzip", start=50), 50, 50)
+        pause.unlink()
+        res = java_client.finish(proc, args, timeout=70)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    *records, end = res.lines
+    assert end.get("end") is True and end["position"] == 100, end
+    assert_dense_offsets([r["offset"] for r in records], 0, 100)
+    check_records(records, [expected(i, "gzip") for i in range(100)])
+    after = java_client.run("admin", gateway.bootstrap, topic, "--no-create").one["describe"]
+    assert after["topic_id"] == before["topic_id"], "topic id must survive a restart"
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_consumer_offsets_lookups(java_client, gateway, topic, isolation):
+    """seekToBeginning/seekToEnd + position, beginningOffsets/endOffsets, offsetsForTimes:
+    how Spark's KafkaDataConsumer finds the available offset range."""
+    opts = ["read_committed"] if isolation == "read_committed" else []
+    empty = java_client.run("consumer-offsets", gateway.bootstrap, topic, *opts).one
+    assert empty == {"beginning": 0, "end": 0, "beginning_offsets": 0, "end_offsets": 0}, empty
+    produce(java_client, gateway, topic, 30, "zstd")
+    ts = sleep_past_ms_boundary()
+    produce(java_client, gateway, topic, 20, "zstd", start=30)
+    res = java_client.run(
+        "consumer-offsets", gateway.bootstrap, topic, *opts, "--timestamp", ts
+    ).one
+    assert (res["beginning"], res["end"], res["beginning_offsets"], res["end_offsets"]) == (
+        0,
+        50,
+        0,
+        50,
+    ), res
+    assert res["for_timestamp"] is not None and res["for_timestamp"]["offset"] == 30, res
+    future = int(time.time() * 1000) + 3_600_000
+    res = java_client.run(
+        "consumer-offsets", gateway.bootstrap, topic, *opts, "--timestamp", future
+    ).one
+    assert res["for_timestamp"] is None, res

@@ -71,9 +71,7 @@ def admin_client(gateway) -> KafkaAdminClient:
 
 def send_all(p: KafkaProducer, topic: str, records: list[Rec]) -> list[int]:
     """Send records (in order) and return the offsets the broker assigned."""
-    futures = [
-        p.send(topic, key=r.key, value=r.value, headers=list(r.headers)) for r in records
-    ]
+    futures = [p.send(topic, key=r.key, value=r.value, headers=list(r.headers)) for r in records]
     p.flush(timeout=PRODUCE_TIMEOUT_S)
     metas = [f.get(timeout=PRODUCE_TIMEOUT_S) for f in futures]
     assert {m.partition for m in metas} <= {0}, f"partitions {[m.partition for m in metas][:10]}"
@@ -102,7 +100,9 @@ def consume(gateway, topic: str, n: int, start: int = 0, **kw):
                 out.extend(recs)
     finally:
         c.close()
-    assert len(out) >= n, f"consumed {len(out)} of {n} records from offset {start} in {CONSUME_TIMEOUT_S}s"
+    assert len(out) >= n, (
+        f"consumed {len(out)} of {n} records from offset {start} in {CONSUME_TIMEOUT_S}s"
+    )
     return out
 
 
@@ -127,9 +127,15 @@ def test_headers_roundtrip(gateway, topic):
     records = [
         Rec(b"k0", b"no headers", ()),
         Rec(b"k1", b"one", (("a", b"1"),)),
-        Rec(b"k2", b"repeated key, order kept", (("dup", b"first"), ("dup", b"second"), ("x", b"y"))),
+        Rec(
+            b"k2", b"repeated key, order kept", (("dup", b"first"), ("dup", b"second"), ("x", b"y"))
+        ),
         Rec(b"k3", b"empty header value", (("empty", b""),)),
-        Rec(b"k4", b"binary + unicode", (("bin", bytes(range(256))), ("ключ-ü", "значение".encode()))),
+        Rec(
+            b"k4",
+            b"binary + unicode",
+            (("bin", bytes(range(256))), ("ключ-ü", "значение".encode())),
+        ),
         Rec(b"k5", b"many", tuple((f"h{j}", str(j).encode() * 3) for j in range(20))),
     ]
     offsets = produce(gateway, topic, records)
@@ -169,7 +175,9 @@ def test_offsets_dense_across_producers_and_seek(gateway, topic):
     a = make_records(40, "a")
     b = make_records(60, "b", start=40)
     assert_dense_offsets(produce(gateway, topic, a, "gzip"), 0, 40, "first producer")
-    assert_dense_offsets(produce(gateway, topic, b, "zstd", enable_idempotence=False), 40, 60, "second producer")
+    assert_dense_offsets(
+        produce(gateway, topic, b, "zstd", enable_idempotence=False), 40, 60, "second producer"
+    )
     got = consume(gateway, topic, 70, start=30)
     assert_dense_offsets([r.offset for r in got], 30, 70)
     assert_same_records(as_recs(got), (a + b)[30:])
@@ -205,18 +213,56 @@ def test_out_of_range_fetch_resets_to_earliest(gateway, topic):
     assert_dense_offsets([r.offset for r in got], 0, 10)
 
 
+@pytest.mark.parametrize(
+    "api_version", [(0, 11), (1, 0), (2, 0), (2, 4), (2, 8)], ids=lambda v: f"kafka-{v[0]}.{v[1]}"
+)
+def test_older_protocol_versions(gateway, topic, api_version):
+    """Pinning api_version makes kafka-python speak older request versions (e.g. 0.11: Produce v3,
+    Fetch v5, Metadata v4, ListOffsets v2); within the gateway's advertised ranges all must work."""
+    records = make_records(20, f"old-{api_version[0]}-{api_version[1]}")
+    offsets = produce(gateway, topic, records, "gzip", api_version=api_version)
+    assert_dense_offsets(offsets, 0, len(records))
+    got = consume(gateway, topic, len(records), api_version=api_version)
+    assert_same_records(as_recs(got), records)
+    tp = TopicPartition(topic, 0)
+    c = consumer(gateway, api_version=api_version)
+    try:
+        assert c.beginning_offsets([tp], timeout_ms=10_000) == {tp: 0}
+        assert c.end_offsets([tp], timeout_ms=10_000) == {tp: len(records)}
+        found = c.offsets_for_times({tp: 0}, timeout_ms=10_000)[tp]
+        assert found is not None and found.offset == 0, found
+    finally:
+        c.close()
+
+
 def test_restart_in_the_middle(gateway, topic):
     first = make_records(100, "before", size=150)
+    admin = admin_client(gateway)
+    try:
+        (desc,) = admin.describe_topics([topic])
+        topic_id = desc["topic_id"]
+    finally:
+        admin.close()
     p1 = producer(gateway, "snappy")
     try:
         assert_dense_offsets(send_all(p1, topic, first), 0, 100, "before restart")
         gateway.restart()
+        admin = admin_client(gateway)
+        try:
+            (desc,) = admin.describe_topics([topic])
+            assert desc["topic_id"] == topic_id, "Metadata topic id changed across a restart"
+        finally:
+            admin.close()
         # a fresh producer after the restart
         second = make_records(50, "after-new", start=100)
-        assert_dense_offsets(produce(gateway, topic, second, "gzip"), 100, 50, "fresh producer after restart")
+        assert_dense_offsets(
+            produce(gateway, topic, second, "gzip"), 100, 50, "fresh producer after restart"
+        )
         # the producer that lived through the restart reconnects and goes on (idempotent)
         third = make_records(50, "after-old", start=150)
-        assert_dense_offsets(send_all(p1, topic, third), 150, 50, "surviving producer after restart")
+        assert_dense_offsets(
+            send_all(p1, topic, third), 150, 50, "surviving producer after restart"
+        )
     finally:
         p1.close(timeout=10)
     got = consume(gateway, topic, 200)
@@ -276,7 +322,9 @@ def test_acks_0_and_1(gateway, topic, acks):
     records = make_records(20, f"acks{acks}")
     p = producer(gateway, acks=acks, enable_idempotence=False)
     try:
-        futures = [p.send(topic, key=r.key, value=r.value, headers=list(r.headers)) for r in records]
+        futures = [
+            p.send(topic, key=r.key, value=r.value, headers=list(r.headers)) for r in records
+        ]
         p.flush(timeout=PRODUCE_TIMEOUT_S)
         metas = [f.get(timeout=PRODUCE_TIMEOUT_S) for f in futures]
         if acks == 1:
@@ -314,8 +362,19 @@ def test_large_record_and_max_message_bytes(gateway, topic):
         c.close()
 
 
+@pytest.mark.parametrize("codec", ["none", "gzip"])
+def test_small_fetch_sizes_page_through(gateway, topic, codec):
+    """Fetch limits far below the data size: every fetch still returns at least one batch and
+    the consumer pages through everything in order."""
+    records = make_records(400, f"page-{codec}", size=300)
+    produce(gateway, topic, records, codec, batch_size=4096)
+    got = consume(gateway, topic, len(records), max_partition_fetch_bytes=600, fetch_max_bytes=600)
+    assert_dense_offsets([r.offset for r in got], 0, len(records))
+    assert_same_records(as_recs(got), records)
+
+
 def test_create_time_roundtrip(gateway, topic):
-    """Client-set timestamps come back unchanged as CreateTime (the default message.timestamp.type)."""
+    """Client-set timestamps come back as CreateTime (the default message.timestamp.type)."""
     now = int(time.time() * 1000)
     stamps = [now - 86_400_000, now - 3_600_000, now - 60_000, now]
     p = producer(gateway)
@@ -353,6 +412,7 @@ def test_offsets_for_times_uses_record_timestamps(gateway, topic):
     tp = TopicPartition(topic, 0)
     c = consumer(gateway)
     try:
+
         def lookup(ts):
             r = c.offsets_for_times({tp: ts}, timeout_ms=10_000)[tp]
             return None if r is None else (r.offset, r.timestamp)
@@ -387,7 +447,9 @@ def test_list_offsets(gateway, topic, isolation):
         first = c.offsets_for_times({tp: before}, timeout_ms=10_000)[tp]
         assert first is not None and first.offset == 0, first
         # no record at or after a future timestamp: Kafka answers offset -1 -> None
-        future = c.offsets_for_times({tp: int(time.time() * 1000) + 3_600_000}, timeout_ms=10_000)[tp]
+        future = c.offsets_for_times({tp: int(time.time() * 1000) + 3_600_000}, timeout_ms=10_000)[
+            tp
+        ]
         assert future is None, future
     finally:
         c.close()
@@ -410,7 +472,9 @@ def test_admin_create_describe_delete(gateway, topic_name):
         (desc,) = admin.describe_topics([topic_name])
         assert desc["error_code"] == 0 and desc["name"] == topic_name
         parts = _partitions(desc)
-        assert [p["partition_index"] for p in parts] == [0], "tmsgate topics have exactly one partition"
+        assert [p["partition_index"] for p in parts] == [0], (
+            "tmsgate topics have exactly one partition"
+        )
         leader = parts[0]["leader_id"]
         assert leader >= 0, parts[0]
         assert leader in parts[0]["replica_nodes"] and leader in parts[0]["isr_nodes"], parts[0]
@@ -421,8 +485,12 @@ def test_admin_create_describe_delete(gateway, topic_name):
 
         assert_dense_offsets(produce(gateway, topic_name, make_records(5, "g1")), 0, 5)
 
+        old_id = desc["topic_id"]
+        assert old_id is not None and str(old_id) != "00000000-0000-0000-0000-000000000000", desc
         admin.delete_topics([topic_name])
-        wait_until(lambda: topic_name not in admin.list_topics(), 10, "deleted topic to leave list_topics")
+        wait_until(
+            lambda: topic_name not in admin.list_topics(), 10, "deleted topic to leave list_topics"
+        )
         (gone,) = admin.describe_topics([topic_name])
         assert gone["error_code"] == Errors.UnknownTopicOrPartitionError.errno, gone
         with pytest.raises(Errors.UnknownTopicOrPartitionError):
@@ -431,6 +499,8 @@ def test_admin_create_describe_delete(gateway, topic_name):
         # re-created topic starts again at offset 0 with none of the old records
         admin.create_topics({topic_name: {"num_partitions": 1, "replication_factor": 1}})
         admin.wait_for_topics([topic_name], timeout_ms=10_000)
+        (desc2,) = admin.describe_topics([topic_name])
+        assert desc2["topic_id"] != old_id, "a re-created topic must get a new topic id"
         new = make_records(3, "g2")
         assert_dense_offsets(produce(gateway, topic_name, new), 0, 3, "offsets after re-create")
         assert_same_records(as_recs(consume(gateway, topic_name, 3)), new)
@@ -455,10 +525,14 @@ def test_tmsgate_create_topic_with_3_partitions_is_invalid(tmsgate_only, topic_n
     try:
         with pytest.raises(Errors.InvalidPartitionsError):
             admin.create_topics({topic_name: {"num_partitions": 3, "replication_factor": 1}})
-        assert topic_name not in admin.list_topics(), "a refused CreateTopics must not create the topic"
+        assert topic_name not in admin.list_topics(), (
+            "a refused CreateTopics must not create the topic"
+        )
         # validate_only gives the same answer
         with pytest.raises(Errors.InvalidPartitionsError):
-            admin.create_topics({topic_name: {"num_partitions": 3, "replication_factor": 1}}, validate_only=True)
+            admin.create_topics(
+                {topic_name: {"num_partitions": 3, "replication_factor": 1}}, validate_only=True
+            )
     finally:
         admin.close()
 
@@ -474,13 +548,21 @@ def test_tmsgate_retention_ms_on_create_shows_in_describe_configs(gateway, topic
     admin = admin_client(gateway)
     try:
         admin.create_topics(
-            {topic_name: {"num_partitions": 1, "replication_factor": 1, "configs": {"retention.ms": "3600000"}}}
+            {
+                topic_name: {
+                    "num_partitions": 1,
+                    "replication_factor": 1,
+                    "configs": {"retention.ms": "3600000"},
+                }
+            }
         )
         configs = _topic_configs(admin, topic_name)
         assert "retention.ms" in configs, sorted(configs)
         assert configs["retention.ms"]["value"] == "3600000", configs["retention.ms"]
         # a topic-level override is a dynamic topic config, not a default
-        assert configs["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG", configs["retention.ms"]
+        assert configs["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG", configs[
+            "retention.ms"
+        ]
         # asking for just that key returns just that key
         only = _topic_configs(admin, topic_name, ["retention.ms"])
         assert set(only) == {"retention.ms"} and only["retention.ms"]["value"] == "3600000"
@@ -490,7 +572,11 @@ def test_tmsgate_retention_ms_on_create_shows_in_describe_configs(gateway, topic
 
         # IncrementalAlterConfigs SET
         admin.alter_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic_name, configs={"retention.ms": "7200000"})],
+            [
+                ConfigResource(
+                    ConfigResourceType.TOPIC, topic_name, configs={"retention.ms": "7200000"}
+                )
+            ],
             incremental=True,
         )
         assert _topic_configs(admin, topic_name)["retention.ms"]["value"] == "7200000"
@@ -510,7 +596,9 @@ def test_tmsgate_write_pointer_header_not_in_progress_is_refused(tmsgate_only, t
         p.flush(timeout=PRODUCE_TIMEOUT_S)
         with pytest.raises(Errors.KafkaError) as ei:
             meta = fut.get(timeout=PRODUCE_TIMEOUT_S)
-            pytest.fail(f"produce with a write pointer not in progress was accepted at offset {meta.offset}")
+            pytest.fail(
+                f"produce with a write pointer not in progress was accepted at offset {meta.offset}"
+            )
         assert not isinstance(ei.value, Errors.KafkaTimeoutError), (
             f"expected an error reply from the broker, got a timeout: {ei.value!r}"
         )
@@ -525,7 +613,9 @@ def test_tmsgate_write_pointer_header_not_in_progress_is_refused(tmsgate_only, t
         c.close()
     assert produce(gw, topic, make_records(1, "after", start=3)) == [3]
     got = consume(gw, topic, 4)
-    assert [r.value for r in got] == [r.value for r in make_records(3, "before") + make_records(1, "after", start=3)]
+    assert [r.value for r in got] == [
+        r.value for r in make_records(3, "before") + make_records(1, "after", start=3)
+    ]
 
 
 @pytest.mark.parametrize("bad", [b"", b"\x00\x01", b"123456789"])

@@ -42,10 +42,13 @@ def kcat(kcat_bin, gateway, *args, stdin: bytes | None = None, timeout=RUN_TIMEO
         p = subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(
-            f"{' '.join(cmd)} did not finish within {timeout}s\nstdout: {exc.stdout!r}\nstderr: {exc.stderr!r}"
+            f"{' '.join(cmd)} did not finish within {timeout}s\n"
+            f"stdout: {exc.stdout!r}\nstderr: {exc.stderr!r}"
         ) from None
     if check:
-        assert p.returncode == 0, f"{' '.join(cmd)} exited {p.returncode}\nstderr: {p.stderr.decode(errors='replace')}"
+        assert p.returncode == 0, (
+            f"{' '.join(cmd)} exited {p.returncode}\nstderr: {p.stderr.decode(errors='replace')}"
+        )
     return p
 
 
@@ -61,9 +64,13 @@ def kproduce(kcat_bin, gateway, topic, lines: list[bytes], codec="none", headers
 
 
 def kconsume(kcat_bin, gateway, topic, n, offset="beginning"):
-    p = kcat(kcat_bin, gateway, "-C", "-t", topic, "-o", str(offset), "-c", str(n), "-e", "-J", "-q")
+    p = kcat(
+        kcat_bin, gateway, "-C", "-t", topic, "-o", str(offset), "-c", str(n), "-e", "-J", "-q"
+    )
     out = [json.loads(line) for line in p.stdout.decode().splitlines() if line.strip()]
-    assert len(out) == n, f"kcat consumed {len(out)} of {n} records; stderr: {p.stderr.decode(errors='replace')}"
+    assert len(out) == n, (
+        f"kcat consumed {len(out)} of {n} records; stderr: {p.stderr.decode(errors='replace')}"
+    )
     return out
 
 
@@ -102,8 +109,22 @@ def test_headers_roundtrip(kcat_bin, gateway, topic):
     hdrs = ["a=1", "dup=first", "dup=second", "empty=", "eq=x=y", "sp=a b", "nullvalue"]
     kproduce(kcat_bin, gateway, topic, [b"k\tv"], headers=hdrs)
     (m,) = kconsume(kcat_bin, gateway, topic, 1)
-    assert m["headers"] == ["a", "1", "dup", "first", "dup", "second", "empty", "", "eq", "x=y", "sp", "a b",
-                            "nullvalue", None]
+    assert m["headers"] == [
+        "a",
+        "1",
+        "dup",
+        "first",
+        "dup",
+        "second",
+        "empty",
+        "",
+        "eq",
+        "x=y",
+        "sp",
+        "a b",
+        "nullvalue",
+        None,
+    ]
 
 
 def test_null_key_and_null_value(kcat_bin, gateway, topic):
@@ -111,21 +132,48 @@ def test_null_key_and_null_value(kcat_bin, gateway, topic):
     kproduce(kcat_bin, gateway, topic, [b"\tnull key", b"no delimiter", b"tombstone\t", b"k\tv"])
     got = kconsume(kcat_bin, gateway, topic, 4)
     assert [(m["key"], m["payload"]) for m in got] == [
-        (None, "null key"), (None, "no delimiter"), ("tombstone", None), ("k", "v")]
+        (None, "null key"),
+        (None, "no delimiter"),
+        ("tombstone", None),
+        ("k", "v"),
+    ]
 
 
 def test_format_string_output(kcat_bin, gateway, topic):
     kproduce(kcat_bin, gateway, topic, [b"k0\tv0", b"k1\tv1"], headers=["h=x"])
-    p = kcat(kcat_bin, gateway, "-C", "-t", topic, "-o", "beginning", "-c", "2", "-e", "-q",
-             "-f", "%t|%p|%o|%k|%s|%h|%S\\n")
-    assert p.stdout.decode().splitlines() == [f"{topic}|0|0|k0|v0|h=x|2", f"{topic}|0|1|k1|v1|h=x|2"]
+    p = kcat(
+        kcat_bin,
+        gateway,
+        "-C",
+        "-t",
+        topic,
+        "-o",
+        "beginning",
+        "-c",
+        "2",
+        "-e",
+        "-q",
+        "-f",
+        "%t|%p|%o|%k|%s|%h|%S\\n",
+    )
+    assert p.stdout.decode().splitlines() == [
+        f"{topic}|0|0|k0|v0|h=x|2",
+        f"{topic}|0|1|k1|v1|h=x|2",
+    ]
 
 
 def test_order_and_dense_offsets_across_runs(kcat_bin, gateway, topic):
     a = kcat_records(1000, "a")
     b = kcat_records(500, "b", start=1000)
-    kproduce(kcat_bin, gateway, topic, lines_for(a), "lz4", headers=["src=kcat"],
-             extra=["-X", "batch.num.messages=50"])
+    kproduce(
+        kcat_bin,
+        gateway,
+        topic,
+        lines_for(a),
+        "lz4",
+        headers=["src=kcat"],
+        extra=["-X", "batch.num.messages=50"],
+    )
     kproduce(kcat_bin, gateway, topic, lines_for(b), "snappy", headers=["src=kcat"])
     got = kconsume(kcat_bin, gateway, topic, 1500)
     assert_dense_offsets([m["offset"] for m in got], 0, 1500)
@@ -156,7 +204,9 @@ _Q = re.compile(r"^(\S+) \[(\d+)\] offset (-?\d+)$")
 def kquery(kcat_bin, gateway, topic, ts) -> int:
     p = kcat(kcat_bin, gateway, "-Q", "-t", f"{topic}:0:{ts}")
     lines = [ln for ln in p.stdout.decode().splitlines() if ln.strip()]
-    assert len(lines) == 1, f"kcat -Q printed {lines!r}; stderr: {p.stderr.decode(errors='replace')}"
+    assert len(lines) == 1, (
+        f"kcat -Q printed {lines!r}; stderr: {p.stderr.decode(errors='replace')}"
+    )
     m = _Q.match(lines[0])
     assert m and m.group(1) == topic and m.group(2) == "0", lines[0]
     return int(m.group(3))
@@ -197,8 +247,20 @@ def test_metadata_list(kcat_bin, gateway, topic):
 def test_metadata_unknown_topic(kcat_bin, gateway, topic_name):
     # Metadata v4 with allow_auto_topic_creation=false: Kafka answers UNKNOWN_TOPIC_OR_PARTITION.
     # (kcat's default is true, and then Kafka creates the topic, as tmsgate may.)
-    p = kcat(kcat_bin, gateway, "-X", "allow.auto.create.topics=false", "-L", "-J", "-t", topic_name, check=False)
+    p = kcat(
+        kcat_bin,
+        gateway,
+        "-X",
+        "allow.auto.create.topics=false",
+        "-L",
+        "-J",
+        "-t",
+        topic_name,
+        check=False,
+    )
     md = json.loads(p.stdout)
     (t,) = md["topics"]
     assert t["topic"] == topic_name
-    assert t.get("error") == "Broker: Unknown topic or partition", f"unknown topic listed without the error: {t}"
+    assert t.get("error") == "Broker: Unknown topic or partition", (
+        f"unknown topic listed without the error: {t}"
+    )

@@ -27,7 +27,7 @@ from ._errors import (
     ProtocolError,
     UnsupportedMessageFormat,
 )
-from ._meta import decode_meta, encode_meta
+from ._meta import decode_meta, encode_meta, meta_timestamp
 from ._records import (
     FetchRecord,
     ProducedBatch,
@@ -36,6 +36,7 @@ from ._records import (
     decode_batch,
     decode_records,
     empty_batch,
+    skip_batch,
     split_batches,
 )
 
@@ -72,9 +73,11 @@ __all__ = [
     "empty_batch",
     "encode_meta",
     "encode_response",
+    "meta_timestamp",
     "parse_header",
     "request_class",
     "request_classes",
     "response_class",
+    "skip_batch",
     "split_batches",
 ]

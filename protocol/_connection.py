@@ -143,27 +143,41 @@ class KafkaConnection:
         """
         if self._broken:
             raise ConnectionClosed("connection already failed; no more data is accepted")
+        if self._pos == len(self._buf) and isinstance(data, bytes):
+            # Nothing pending: decode straight from the (immutable) chunk and keep
+            # only an incomplete tail, saving a copy of every whole request in it.
+            events, used = self._parse(data, 0)
+            if used < len(data) and not self._broken:
+                self._buf[:] = memoryview(data)[used:]
+                self._pos = 0
+            return events
         self._buf += data
+        events, self._pos = self._parse(self._buf, self._pos)
+        self._compact()
+        return events
+
+    def _parse(self, buf: bytes | bytearray, pos: int) -> tuple[list[Event], int]:
+        """Decode the complete frames in buf from pos -> (events, position after them)."""
         events: list[Event] = []
-        buf = self._buf
-        while len(buf) - self._pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, self._pos)
+        copy = isinstance(buf, bytearray)  # the buffer changes later: frames need a copy
+        while len(buf) - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
             if size < 0 or size > self.max_frame_bytes:
                 self._broken = True
                 raise FrameTooLarge(size, self.max_frame_bytes)
-            start = self._pos + 4
+            start = pos + 4
             if len(buf) - start < size:
                 break
-            frame = bytes(memoryview(buf)[start : start + size])
-            self._pos = start + size
+            view = memoryview(buf)[start : start + size]
+            frame = bytes(view) if copy else view
+            pos = start + size
             try:
                 events.append(decode_request(frame))
             except MalformedRequest as exc:
                 self._broken = True
-                events.append(self._bad_frame(frame, str(exc)))
+                events.append(self._bad_frame(bytes(frame[:8]), str(exc)))
                 break
-        self._compact()
-        return events
+        return events, pos
 
     def bytes_needed(self) -> int:
         """How many more bytes complete the frame being received (0 if unknown)."""

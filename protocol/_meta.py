@@ -26,6 +26,7 @@ HAS_HEADERS = 4
 _PREFIX = struct.Struct(">BB")
 _PREFIX_TS = struct.Struct(">BBq")
 _U32 = struct.Struct(">I")
+_TS_KEY = struct.Struct(">qI")
 _U16 = struct.Struct(">H")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -75,10 +76,28 @@ def decode_meta(meta: bytes | None) -> tuple[bytes | None, list[Header], int | N
     """-> (key, headers, client timestamp or None). Raises MalformedMeta."""
     if not meta:
         return None, [], None
+    # Fast paths for what nearly every record is (fetch decodes one per message):
+    # a timestamp, with or without a key, no headers.
+    size = len(meta)
+    if size >= 10 and meta[0] == VERSION:
+        flags = meta[1]
+        if flags == HAS_TIMESTAMP and size == 10:
+            return None, [], _PREFIX_TS.unpack_from(meta, 0)[2]
+        if flags == HAS_TIMESTAMP | HAS_KEY and size >= 14:
+            timestamp, key_size = _TS_KEY.unpack_from(meta, 2)
+            if size == 14 + key_size:
+                return meta[14:], [], timestamp
     try:
         return _decode(memoryview(meta))
     except (struct.error, UnicodeDecodeError, IndexError) as exc:
         raise MalformedMeta(f"Kafka meta does not decode: {exc}") from exc
+
+
+def meta_timestamp(meta: bytes | None) -> int | None:
+    """Just the client timestamp, without decoding key and headers (time lookups)."""
+    if meta and len(meta) >= 10 and meta[0] == VERSION and meta[1] & HAS_TIMESTAMP:
+        return int(_I64.unpack_from(meta, 2)[0])
+    return None
 
 
 def _take(view: memoryview, pos: int, size: int) -> tuple[bytes, int]:

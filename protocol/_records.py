@@ -111,7 +111,7 @@ def decode_batch(raw: memoryview | bytes) -> ProducedBatch:
         raise InvalidRecords("clients may not produce control batches")
     if attributes & COMPRESSION_MASK > 4:
         raise CorruptRecords(f"unknown compression type {attributes & COMPRESSION_MASK}")
-    batch = DefaultRecordBatch(bytes(raw))
+    batch = DefaultRecordBatch(raw)  # a memoryview slice: no copy of the batch
     if not batch.validate_crc():
         raise CorruptRecords("record batch CRC does not match its contents")
     if count <= 0 or last_offset_delta != count - 1:
@@ -187,8 +187,10 @@ def build_batch(
 
 
 def empty_batch(base_offset: int, last_offset: int, timestamp: int = -1) -> bytes:
-    """A batch with no records spanning [base_offset, last_offset]: it moves a consumer
-    past offsets that hold nothing it may see (rolled back or invalid transactions)."""
+    """A batch with no records spanning [base_offset, last_offset] (as compaction
+    leaves behind). kafka-python, aiokafka and Java continue at its next offset, but
+    librdkafka treats a fetch of only empty batches as "max bytes too small" and
+    eventually reports an error, so fetches use skip_batch() instead."""
     buf = bytearray(BATCH_OVERHEAD)
     _HEADER.pack_into(
         buf,
@@ -206,6 +208,62 @@ def empty_batch(base_offset: int, last_offset: int, timestamp: int = -1) -> byte
         -1,
         -1,
         0,
+    )
+    _U32.pack_into(buf, 17, crc32c(memoryview(buf)[21:]))
+    return bytes(buf)
+
+
+def _zigzag(value: int) -> bytes:
+    value = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+# Control record: key = version 0, type 1 (COMMIT); value = version 0, coordinator epoch 0
+_COMMIT_KEY = struct.pack(">hh", 0, 1)
+_COMMIT_VALUE = struct.pack(">hi", 0, 0)
+
+
+def skip_batch(base_offset: int, last_offset: int, timestamp: int = 0) -> bytes:
+    """A control batch holding one COMMIT marker at ``last_offset``: every client skips
+    control batches in every isolation level and continues after them (librdkafka
+    also moves the application's position there), so a fetch over offsets that hold
+    nothing visible (rolled back, invalid) moves the consumer past them.
+
+    Producer id -1: no client then relates the marker to a Kafka transaction."""
+    delta = last_offset - base_offset
+    body = (
+        b"\x00"
+        + _zigzag(0)
+        + _zigzag(delta)
+        + _zigzag(len(_COMMIT_KEY))
+        + _COMMIT_KEY
+        + _zigzag(len(_COMMIT_VALUE))
+        + _COMMIT_VALUE
+        + _zigzag(0)
+    )
+    record = _zigzag(len(body)) + body
+    buf = bytearray(BATCH_OVERHEAD) + record
+    _HEADER.pack_into(
+        buf,
+        0,
+        base_offset,
+        len(buf) - LOG_OVERHEAD,
+        NO_LEADER_EPOCH,
+        2,
+        0,
+        CONTROL_BIT | TRANSACTIONAL_BIT,
+        delta,
+        timestamp,
+        timestamp,
+        -1,
+        -1,
+        -1,
+        1,
     )
     _U32.pack_into(buf, 17, crc32c(memoryview(buf)[21:]))
     return bytes(buf)

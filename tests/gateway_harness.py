@@ -76,8 +76,10 @@ class GatewayThread:
     def call(self, fn: Any, *args: Any) -> Any:
         """Run fn(*args) on the gateway's loop thread and return its result."""
         assert self._loop is not None
+
         async def run() -> Any:
             return fn(*args)
+
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
     def _main(self) -> None:
@@ -89,8 +91,9 @@ class GatewayThread:
                 self.server = server
                 self._ready.set()
 
-            await serve(self.config, self.store_url, stop=self._stop, on_ready=ready,
-                        handle_signals=False)
+            await serve(
+                self.config, self.store_url, stop=self._stop, on_ready=ready, handle_signals=False
+            )
 
         try:
             asyncio.run(run())
@@ -111,12 +114,24 @@ def gateway_thread(tmp_path: Path, **config: Any) -> Iterator[GatewayThread]:
 class GatewayProcess:
     """``tmsgate serve`` as a child process (what operators run)."""
 
-    def __init__(self, store_dir: Path, port: int | None = None, *extra: str,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        store_dir: Path,
+        port: int | None = None,
+        *extra: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.store_dir = store_dir
-        self.args = [str(VENV_BIN / "tmsgate"), "serve", "--store", f"leveldb://{store_dir}",
-                     "--kafka-listen", f"127.0.0.1:{self.port}", *extra]
+        self.args = [
+            str(VENV_BIN / "tmsgate"),
+            "serve",
+            "--store",
+            f"leveldb://{store_dir}",
+            "--kafka-listen",
+            f"127.0.0.1:{self.port}",
+            *extra,
+        ]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[str] | None = None
 
@@ -125,8 +140,13 @@ class GatewayProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, args: list[str] | None = None) -> GatewayProcess:
-        self.proc = subprocess.Popen(args or self.args, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=self.env)
+        self.proc = subprocess.Popen(
+            args or self.args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+        )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -36,17 +36,34 @@ def produce(topic: str, records: bytes | None, acks: int = -1, partition: int = 
     return ProduceRequest(transactional_id=None, acks=acks, timeout_ms=5000, topic_data=[td])
 
 
-def fetch(topic: str, offset: int, *, max_wait_ms: int = 0, min_bytes: int = 1,
-          isolation_level: int = 0, max_bytes: int = 1 << 20) -> Any:
+def fetch(
+    topic: str,
+    offset: int,
+    *,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+    isolation_level: int = 0,
+    max_bytes: int = 1 << 20,
+) -> Any:
     part = FetchRequest.FetchTopic.FetchPartition(
-        partition=0, fetch_offset=offset, partition_max_bytes=max_bytes, log_start_offset=-1,
-        current_leader_epoch=-1, last_fetched_epoch=-1,
+        partition=0,
+        fetch_offset=offset,
+        partition_max_bytes=max_bytes,
+        log_start_offset=-1,
+        current_leader_epoch=-1,
+        last_fetched_epoch=-1,
     )
     return FetchRequest(
-        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-        isolation_level=isolation_level, session_id=0, session_epoch=-1,
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=isolation_level,
+        session_id=0,
+        session_epoch=-1,
         topics=[FetchRequest.FetchTopic(topic=topic, partitions=[part])],
-        forgotten_topics_data=[], rack_id="",
+        forgotten_topics_data=[],
+        rack_id="",
     )
 
 
@@ -55,7 +72,8 @@ def list_offsets(topic: str, timestamp: int, isolation_level: int = 0) -> Any:
         partition_index=0, timestamp=timestamp, current_leader_epoch=-1
     )
     return ListOffsetsRequest(
-        replica_id=-1, isolation_level=isolation_level,
+        replica_id=-1,
+        isolation_level=isolation_level,
         topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[part])],
         timeout_ms=1000,
     )
@@ -63,21 +81,31 @@ def list_offsets(topic: str, timestamp: int, isolation_level: int = 0) -> Any:
 
 def metadata(*topics: str, auto_create: bool = True) -> Any:
     wanted = [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-    return MetadataRequest(topics=wanted, allow_auto_topic_creation=auto_create,
-                           include_topic_authorized_operations=False)
+    return MetadataRequest(
+        topics=wanted,
+        allow_auto_topic_creation=auto_create,
+        include_topic_authorized_operations=False,
+    )
 
 
 def init_producer_id() -> Any:
-    return InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000,
-                                 producer_id=-1, producer_epoch=-1)
+    return InitProducerIdRequest(
+        transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1
+    )
 
 
-def create_topic(name: str, partitions: int = 1, configs: dict[str, str] | None = None,
-                 replication: int = 1) -> Any:
-    cfg = [CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=v)
-           for k, v in (configs or {}).items()]
+def create_topic(
+    name: str, partitions: int = 1, configs: dict[str, str] | None = None, replication: int = 1
+) -> Any:
+    cfg = [
+        CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=v)
+        for k, v in (configs or {}).items()
+    ]
     topic = CreateTopicsRequest.CreatableTopic(
-        name=name, num_partitions=partitions, replication_factor=replication, assignments=[],
+        name=name,
+        num_partitions=partitions,
+        replication_factor=replication,
+        assignments=[],
         configs=cfg,
     )
     return CreateTopicsRequest(topics=[topic], timeout_ms=5000, validate_only=False)
@@ -86,7 +114,7 @@ def create_topic(name: str, partitions: int = 1, configs: dict[str, str] | None 
 def partition(resp: Any) -> Any:
     """The single partition of a single-topic Produce/Fetch/ListOffsets response."""
     topic = (getattr(resp, "responses", None) or getattr(resp, "topics", None))[0]
-    parts = (getattr(topic, "partition_responses", None) or getattr(topic, "partitions", None))
+    parts = getattr(topic, "partition_responses", None) or getattr(topic, "partitions", None)
     return parts[0]
 
 

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
-
 from gateway_harness import GatewayThread, gateway_thread
 
 
@@ -40,13 +39,18 @@ def test_codecs_headers_nulls(gw: GatewayThread, codec: str | None) -> None:
     topic = f"aio-{codec}"
 
     async def run() -> None:
-        p = AIOKafkaProducer(bootstrap_servers=gw.bootstrap, compression_type=codec,
-                             enable_idempotence=True)
+        p = AIOKafkaProducer(
+            bootstrap_servers=gw.bootstrap, compression_type=codec, enable_idempotence=True
+        )
         await p.start()
         batch = p.create_batch()
         for i in range(20):
-            batch.append(key=None if i % 2 else b"k%d" % i, value=None if i == 5 else b"v%d" % i,
-                         timestamp=1_650_000_000_000 + i, headers=[("h", b"%d" % i)])
+            batch.append(
+                key=None if i % 2 else b"k%d" % i,
+                value=None if i == 5 else b"v%d" % i,
+                timestamp=1_650_000_000_000 + i,
+                headers=[("h", b"%d" % i)],
+            )
         meta = await (await p.send_batch(batch, topic, partition=0))
         assert meta.offset == 0
         await p.send_and_wait(topic, b"last")
@@ -80,6 +84,7 @@ def test_read_committed_skips_rolled_back(gw: GatewayThread) -> None:
 
 def test_auto_create_off_reports_unknown_topic(tmp_path: Any) -> None:
     with gateway_thread(tmp_path, auto_create_topics=False) as g:
+
         async def run() -> None:
             p = AIOKafkaProducer(bootstrap_servers=g.bootstrap, request_timeout_ms=1500)
             await p.start()

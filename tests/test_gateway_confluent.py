@@ -14,7 +14,6 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
-
 from gateway_harness import GatewayThread, gateway_thread
 
 
@@ -24,21 +23,33 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield g
 
 
-def produce(bootstrap: str, topic: str, n: int, **conf: Any) -> list[int]:
+def produce(
+    bootstrap: str, topic: str, n: int, ts: int = 1_700_000_000_000, **conf: Any
+) -> list[int]:
     offsets: list[int] = []
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
     for i in range(n):
-        p.produce(topic, key=None if i % 4 == 0 else b"k%d" % i,
-                  value=None if i == 3 else b"val-%d" % i * 10,
-                  headers=[("n", b"%d" % i)], timestamp=1_700_000_000_000 + i,
-                  on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()))
+        p.produce(
+            topic,
+            key=None if i % 4 == 0 else b"k%d" % i,
+            value=None if i == 3 else b"val-%d" % i * 10,
+            headers=[("n", b"%d" % i)],
+            timestamp=ts + i,
+            on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()),
+        )
     assert p.flush(15) == 0
     return offsets
 
 
 def consume(bootstrap: str, topic: str, upto: int, **conf: Any) -> tuple[list[Any], int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ck-tests",
-                  "enable.auto.commit": False, **conf})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "ck-tests",
+            "enable.auto.commit": False,
+            **conf,
+        }
+    )
     c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     out = []
     deadline = time.monotonic() + 15
@@ -57,8 +68,9 @@ def consume(bootstrap: str, topic: str, upto: int, **conf: Any) -> tuple[list[An
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_codecs_idempotent_headers_nulls(gw: GatewayThread, codec: str) -> None:
     topic = f"ck-{codec}"
-    offsets = produce(gw.bootstrap, topic, 30, **{"compression.type": codec,
-                                                  "enable.idempotence": True})
+    offsets = produce(
+        gw.bootstrap, topic, 30, **{"compression.type": codec, "enable.idempotence": True}
+    )
     assert sorted(offsets) == list(range(30))
     msgs, _ = consume(gw.bootstrap, topic, 30)
     assert [m.offset() for m in msgs] == list(range(30))
@@ -67,11 +79,11 @@ def test_codecs_idempotent_headers_nulls(gw: GatewayThread, codec: str) -> None:
 
 
 def test_offsets_for_times_and_watermarks(gw: GatewayThread) -> None:
-    produce(gw.bootstrap, "ck-times", 2)
+    produce(gw.bootstrap, "ck-times", 2, ts=int(time.time() * 1000))
     time.sleep(0.05)
     cut = int(time.time() * 1000)
     time.sleep(0.05)
-    produce(gw.bootstrap, "ck-times", 1)
+    produce(gw.bootstrap, "ck-times", 1, ts=int(time.time() * 1000))
     c = Consumer({"bootstrap.servers": gw.bootstrap, "group.id": "ck-times"})
     assert c.get_watermark_offsets(TopicPartition("ck-times", 0), timeout=5) == (0, 3)
     [found] = c.offsets_for_times([TopicPartition("ck-times", 0, cut)], timeout=5)
@@ -81,8 +93,9 @@ def test_offsets_for_times_and_watermarks(gw: GatewayThread) -> None:
 
 def test_admin(gw: GatewayThread) -> None:
     admin = AdminClient({"bootstrap.servers": gw.bootstrap})
-    futures = admin.create_topics([NewTopic("ck-admin", 1, 1, config={"retention.ms": "60000"}),
-                                   NewTopic("ck-admin-3", 3, 1)])
+    futures = admin.create_topics(
+        [NewTopic("ck-admin", 1, 1, config={"retention.ms": "60000"}), NewTopic("ck-admin-3", 3, 1)]
+    )
     futures["ck-admin"].result(10)
     with pytest.raises(KafkaException, match="unpartitioned"):
         futures["ck-admin-3"].result(10)
@@ -90,10 +103,10 @@ def test_admin(gw: GatewayThread) -> None:
     configs = admin.describe_configs([res])[res].result(10)
     assert configs["retention.ms"].value == "60000"
     assert configs["message.timestamp.type"].value == "CreateTime"
-    entry = ConfigEntry("max.message.bytes", "2000",
-                        incremental_operation=AlterConfigOpType.SET)
-    admin.incremental_alter_configs([ConfigResource("topic", "ck-admin",
-                                                    incremental_configs=[entry])])[res].result(10)
+    entry = ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)
+    admin.incremental_alter_configs(
+        [ConfigResource("topic", "ck-admin", incremental_configs=[entry])]
+    )[res].result(10)
     gw.call(gw.broker.topics.invalidate, "ck-admin")
     assert admin.describe_configs([res])[res].result(10)["max.message.bytes"].value == "2000"
     admin.delete_topics(["ck-admin"])["ck-admin"].result(10)

@@ -6,11 +6,10 @@ import time
 from typing import Any
 
 import pytest
+from gateway_harness import GatewayThread, gateway_thread
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.errors import InvalidPartitionsError, KafkaError
-
-from gateway_harness import GatewayThread, gateway_thread
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +19,9 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def consume(bootstrap: str, topic: str, n: int, **kw: Any) -> list[Any]:
-    c = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=5000,
-                      enable_auto_commit=False, **kw)
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap, consumer_timeout_ms=5000, enable_auto_commit=False, **kw
+    )
     tp = TopicPartition(topic, 0)
     c.assign([tp])
     c.seek_to_beginning(tp)
@@ -38,11 +38,16 @@ def consume(bootstrap: str, topic: str, n: int, **kw: Any) -> list[Any]:
 def test_produce_and_consume_each_codec(gw: GatewayThread, codec: str | None) -> None:
     topic = f"kp-{codec}"
     p = KafkaProducer(bootstrap_servers=gw.bootstrap, compression_type=codec, linger_ms=5)
-    futures = [p.send(topic, key=b"k%d" % i if i % 3 else None,
-                      value=None if i == 7 else b"value-%d" % i * 20,
-                      headers=[("i", str(i).encode()), ("empty", b"")] if i % 2 else [],
-                      timestamp_ms=1_600_000_000_000 + i)
-               for i in range(50)]
+    futures = [
+        p.send(
+            topic,
+            key=b"k%d" % i if i % 3 else None,
+            value=None if i == 7 else b"value-%d" % i * 20,
+            headers=[("i", str(i).encode()), ("empty", b"")] if i % 2 else [],
+            timestamp_ms=1_600_000_000_000 + i,
+        )
+        for i in range(50)
+    ]
     p.flush()
     assert sorted(f.get(5).offset for f in futures) == list(range(50))
     p.close()
@@ -71,8 +76,9 @@ def test_acks_zero_producer(gw: GatewayThread) -> None:
         p.send("kp-acks0", b"%d" % i)
     p.flush()
     p.close()
-    assert [m.value for m in consume(gw.bootstrap, "kp-acks0", 20)] == [b"%d" % i
-                                                                       for i in range(20)]
+    assert [m.value for m in consume(gw.bootstrap, "kp-acks0", 20)] == [
+        b"%d" % i for i in range(20)
+    ]
 
 
 def test_offsets_begin_end_and_for_times(gw: GatewayThread) -> None:
@@ -95,8 +101,15 @@ def test_offsets_begin_end_and_for_times(gw: GatewayThread) -> None:
 
 def test_admin_create_describe_alter_delete(gw: GatewayThread) -> None:
     admin = KafkaAdminClient(bootstrap_servers=gw.bootstrap)
-    admin.create_topics({"kp-admin": {"num_partitions": 1, "replication_factor": 1,
-                                      "configs": {"retention.ms": "86400000"}}})
+    admin.create_topics(
+        {
+            "kp-admin": {
+                "num_partitions": 1,
+                "replication_factor": 1,
+                "configs": {"retention.ms": "86400000"},
+            }
+        }
+    )
     with pytest.raises(InvalidPartitionsError, match="unpartitioned"):
         admin.create_topics({"kp-admin-3": {"num_partitions": 3}})
     assert "kp-admin" in admin.list_topics()
@@ -106,9 +119,15 @@ def test_admin_create_describe_alter_delete(gw: GatewayThread) -> None:
     assert configs["retention.ms"]["value"] == "86400000"
     assert configs["max.message.bytes"]["value"] == "1048588"
     assert configs["message.timestamp.type"]["value"] == "CreateTime"
-    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "kp-admin",
-                                        configs={"retention.ms": "-1",
-                                                 "message.timestamp.type": "LogAppendTime"})])
+    admin.alter_configs(
+        [
+            ConfigResource(
+                ConfigResourceType.TOPIC,
+                "kp-admin",
+                configs={"retention.ms": "-1", "message.timestamp.type": "LogAppendTime"},
+            )
+        ]
+    )
     time.sleep(0.01)
     gw.call(gw.broker.topics.invalidate, "kp-admin")  # no wait for the short topic cache
     configs = admin.describe_configs([res], config_filter="all")["topic"]["kp-admin"]
@@ -122,9 +141,14 @@ def test_admin_create_describe_alter_delete(gw: GatewayThread) -> None:
 def test_admin_alter_refuses_unknown_config(gw: GatewayThread) -> None:
     admin = KafkaAdminClient(bootstrap_servers=gw.bootstrap)
     admin.create_topics(["kp-badcfg"])
-    result = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "kp-badcfg",
-                                                 configs={"cleanup.policy": "compact"})],
-                                 raise_on_unknown=False)
+    result = admin.alter_configs(
+        [
+            ConfigResource(
+                ConfigResourceType.TOPIC, "kp-badcfg", configs={"cleanup.policy": "compact"}
+            )
+        ],
+        raise_on_unknown=False,
+    )
     error = str(result["topic"]["kp-badcfg"])
     assert "InvalidConfigurationError" in error and "cleanup.policy" in error
     admin.close()
@@ -144,8 +168,9 @@ def test_read_committed_consumer_moves_past_rolled_back_offsets(gw: GatewayThrea
     store.rollback(tid, store.publish(tid, [b"q"], tx=tx).rollback)
     store.transactions.abort(tx)
     p.close()
-    c = KafkaConsumer(bootstrap_servers=gw.bootstrap, isolation_level="read_committed",
-                      enable_auto_commit=False)
+    c = KafkaConsumer(
+        bootstrap_servers=gw.bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
     tp = TopicPartition(topic, 0)
     c.assign([tp])
     c.seek_to_beginning(tp)

@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
-
 import kafka_requests as kr
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatch
 from gateway_harness import GatewayThread, RawClient, gateway_thread
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from tmsgate.protocol import TX_HEADER, ApiKey, ErrorCode
 
 PRODUCE_V, FETCH_V, LIST_V, META_V = 9, 12, 7, 12
@@ -44,12 +44,13 @@ def end_offset(client: RawClient, topic: str, isolation: int = 0) -> int:
 
 
 def test_api_versions_lists_exactly_the_routes(gw: GatewayThread, client: RawClient) -> None:
-    resp = client.request(ApiVersionsRequest(client_software_name="t",
-                                             client_software_version="1"), 3)
+    resp = client.request(
+        ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3
+    )
     assert resp.error_code == 0
     got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert got == {key: (lo, hi) for key, lo, hi in gw.broker.routes.versions()}
-    assert got[ApiKey.PRODUCE] == (3, 12) and got[ApiKey.FETCH] == (4, 12)
+    assert got[ApiKey.PRODUCE] == (3, 13) and got[ApiKey.FETCH] == (4, 17)
 
 
 def test_api_versions_above_supported_gets_kip511_v0_reply(client: RawClient) -> None:
@@ -92,8 +93,11 @@ def test_produce_fetch_round_trip_keeps_key_headers_nulls_timestamps(client: Raw
     [(next_offset, recs)] = kr.records_of(f.records)
     assert next_offset == 3
     got = [(r.offset, r.key, r.value, list(r.headers), r.timestamp) for r in recs]
-    assert got == [(0, b"k1", b"v1", [("h", b"x"), ("n", None)], 1234),
-                   (1, None, None, [], 1235), (2, b"", b"", [], 1236)]
+    assert got == [
+        (0, b"k1", b"v1", [("h", b"x"), ("n", None)], 1234),
+        (1, None, None, [], 1235),
+        (2, b"", b"", [], 1236),
+    ]
 
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
@@ -125,6 +129,12 @@ def test_message_too_large(client: RawClient) -> None:
 def test_partition_other_than_zero_is_unknown(client: RawClient) -> None:
     resp = client.request(kr.produce("onepart", kr.batch(1), partition=1), PRODUCE_V)
     assert kr.partition(resp).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    f = kr.fetch("onepart", 0)
+    f.topics[0].partitions[0].partition = 1
+    assert kr.partition(client.request(f, FETCH_V)).error_code == 3
+    lo = kr.list_offsets("onepart", -1)
+    lo.topics[0].partitions[0].partition_index = 1
+    assert kr.partition(client.request(lo, LIST_V)).error_code == 3
 
 
 def test_idempotent_sequences(client: RawClient) -> None:
@@ -133,8 +143,9 @@ def test_idempotent_sequences(client: RawClient) -> None:
     assert pid_resp.error_code == 0 and pid >= 0
 
     def send(seq: int, n: int = 3, epoch: int = 0, producer: int = pid) -> Any:
-        return produce(client, "idem", kr.batch(n, producer_id=producer, epoch=epoch,
-                                                base_sequence=seq))
+        return produce(
+            client, "idem", kr.batch(n, producer_id=producer, epoch=epoch, base_sequence=seq)
+        )
 
     first = send(0)
     assert (first.error_code, first.base_offset) == (0, 0)
@@ -169,8 +180,9 @@ def test_acks_zero_failure_closes_connection(client: RawClient) -> None:
 
 
 def test_invalid_acks(client: RawClient) -> None:
-    assert produce(client, "acks", kr.batch(1), acks=2).error_code == \
-        ErrorCode.INVALID_REQUIRED_ACKS
+    assert (
+        produce(client, "acks", kr.batch(1), acks=2).error_code == ErrorCode.INVALID_REQUIRED_ACKS
+    )
 
 
 def test_metadata_topic_ids_are_stable_per_generation(client: RawClient) -> None:
@@ -231,11 +243,12 @@ def test_fetch_max_bytes_limits_but_returns_at_least_one(client: RawClient) -> N
 
 
 def test_list_offsets_earliest_latest_by_time(client: RawClient) -> None:
-    produce(client, "times", kr.batch(3))
+    now = int(time.time() * 1000)
+    produce(client, "times", kr.batch(3, timestamp=now))
     time.sleep(0.05)
     middle = int(time.time() * 1000)
     time.sleep(0.05)
-    produce(client, "times", kr.batch(2))
+    produce(client, "times", kr.batch(2, timestamp=int(time.time() * 1000)))
 
     def lo(ts: int) -> Any:
         return kr.partition(client.request(kr.list_offsets("times", ts), LIST_V))
@@ -244,8 +257,22 @@ def test_list_offsets_earliest_latest_by_time(client: RawClient) -> None:
     found = lo(middle)
     assert found.offset == 3 and found.timestamp >= middle
     assert (lo(middle + 3_600_000).offset, lo(middle + 3_600_000).timestamp) == (-1, -1)
-    assert lo(0).offset == 0
-    assert lo(-3).offset == 4  # max timestamp: the newest message (publish time)
+    assert (lo(0).offset, lo(0).timestamp) == (0, now)
+    assert lo(-3).offset == 4  # max timestamp: the newest message
+
+
+def test_list_offsets_by_time_uses_record_timestamps(client: RawClient) -> None:
+    """Back-dated records (CreateTime): found by their own timestamps, as in Kafka."""
+    week_ago = int(time.time() * 1000) - 7 * 86_400_000
+    produce(client, "backdated", kr.batch(4, timestamp=week_ago))  # week_ago + 0..3
+
+    def lo(ts: int) -> tuple[int, int]:
+        p = kr.partition(client.request(kr.list_offsets("backdated", ts), LIST_V))
+        return p.offset, p.timestamp
+
+    assert lo(week_ago - 1) == (0, week_ago)
+    assert lo(week_ago + 2) == (2, week_ago + 2)
+    assert lo(week_ago + 4) == (-1, -1)
 
 
 def test_create_topic_validation(client: RawClient) -> None:
@@ -255,8 +282,10 @@ def test_create_topic_validation(client: RawClient) -> None:
     bad = create(name="parts", partitions=3)
     assert bad.error_code == ErrorCode.INVALID_PARTITIONS and "unpartitioned" in bad.error_message
     assert create(name="repl", replication=3).error_code == ErrorCode.INVALID_REPLICATION_FACTOR
-    assert create(name="cfg", configs={"cleanup.policy": "compact"}).error_code == \
-        ErrorCode.INVALID_CONFIG
+    assert (
+        create(name="cfg", configs={"cleanup.policy": "compact"}).error_code
+        == ErrorCode.INVALID_CONFIG
+    )
     assert create(name="bad/name").error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
     ok = create(name="made", partitions=-1, configs={"retention.ms": "1500"})
     assert ok.error_code == 0 and ok.num_partitions == 1
@@ -281,14 +310,21 @@ def test_transactional_header_publishes_under_the_write_pointer(
     tx = store.transactions.start(timeout_s=30)
     wp = struct.pack(">q", tx.write_pointer)
     produce(client, "txh", kr.batch([(b"plain", b"0", [])]))
-    p = produce(client, "txh", kr.batch([(b"a", b"1", [(TX_HEADER, wp)]),
-                                          (b"b", b"2", [("x", b"y"), (TX_HEADER, wp)])]))
+    p = produce(
+        client,
+        "txh",
+        kr.batch([(b"a", b"1", [(TX_HEADER, wp)]), (b"b", b"2", [("x", b"y"), (TX_HEADER, wp)])]),
+    )
     assert p.error_code == 0
     produce(client, "txh", kr.batch([(b"after", b"3", [])]))
     # read_uncommitted sees everything, the transactional records with the header back
     recs = [r for _, rs in kr.records_of(fetch(client, "txh", 0).records) for r in rs]
-    assert [list(r.headers) for r in recs] == [[], [(TX_HEADER, wp)], [("x", b"y"), (TX_HEADER, wp)],
-                                                []]
+    assert [list(r.headers) for r in recs] == [
+        [],
+        [(TX_HEADER, wp)],
+        [("x", b"y"), (TX_HEADER, wp)],
+        [],
+    ]
     # read_committed stops at the open transaction
     assert end_offset(client, "txh", isolation=1) == 1
     committed = fetch(client, "txh", 0, isolation_level=1)
@@ -296,8 +332,11 @@ def test_transactional_header_publishes_under_the_write_pointer(
     assert [r.value for _, rs in kr.records_of(committed.records) for r in rs] == [b"0"]
     store.transactions.commit(tx)
     assert end_offset(client, "txh", isolation=1) == 4
-    values = [r.value for _, rs in kr.records_of(fetch(client, "txh", 1, isolation_level=1).records)
-              for r in rs]
+    values = [
+        r.value
+        for _, rs in kr.records_of(fetch(client, "txh", 1, isolation_level=1).records)
+        for r in rs
+    ]
     assert values == [b"1", b"2", b"3"]
 
 
@@ -320,8 +359,8 @@ def test_read_committed_skips_rolled_back_offsets(gw: GatewayThread, client: Raw
     store.rollback(tid, r.rollback)
     store.transactions.abort(tx)
     f = fetch(client, "rolled", 1, isolation_level=1)
-    [(next_offset, recs)] = kr.records_of(f.records)
-    assert (next_offset, recs) == (3, [])
+    skip = DefaultRecordBatch(f.records)  # one control batch, skipped by every client
+    assert (skip.is_control_batch, skip.base_offset, skip.next_offset) == (True, 1, 3)
     produce(client, "rolled", kr.batch(1))
     [(next_offset, recs)] = kr.records_of(fetch(client, "rolled", 1, isolation_level=1).records)
     assert next_offset == 4 and [r.offset for r in recs] == [3]
@@ -388,3 +427,46 @@ def test_log_append_time_topic(client: RawClient) -> None:
     [(_, recs)] = kr.records_of(fetch(client, "lat", 0).records)
     assert [r.timestamp for r in recs] == [p.log_append_time_ms] * 2
     assert all(r.timestamp_type == 1 for r in recs)
+
+
+@pytest.mark.parametrize("fetch_version", [13, 16, 17])
+def test_topic_id_versions(client: RawClient, fetch_version: int) -> None:
+    import uuid
+
+    topic = f"by-id-{fetch_version}"
+    tid = client.request(kr.metadata(topic), 13).topics[0].topic_id
+    req = kr.produce(topic, kr.batch(3))
+    req.topic_data[0].topic_id = tid
+    p = client.request(req, 13)
+    assert p.responses[0].topic_id == tid and kr.partition(p).base_offset == 0
+    f = kr.fetch(topic, 1)
+    f.topics[0].topic_id = tid
+    resp = client.request(f, fetch_version)
+    assert resp.responses[0].topic_id == tid
+    assert [r.offset for _, rs in kr.records_of(kr.partition(resp).records) for r in rs] == [1, 2]
+    f.topics[0].topic_id = uuid.uuid4()
+    missing = kr.partition(client.request(f, fetch_version))
+    assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_ID
+    req.topic_data[0].topic_id = uuid.uuid4()
+    assert kr.partition(client.request(req, 13)).error_code == ErrorCode.UNKNOWN_TOPIC_ID
+
+
+def test_delete_topic_by_id_and_describe_broker(client: RawClient) -> None:
+    from kafka.protocol.admin import DeleteTopicsRequest, DescribeConfigsRequest
+
+    tid = client.request(kr.metadata("doomed"), META_V).topics[0].topic_id
+    state = DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=tid)
+    resp = client.request(DeleteTopicsRequest(topics=[state], timeout_ms=1000), 6)
+    assert (resp.responses[0].error_code, resp.responses[0].name) == (0, "doomed")
+    again = client.request(DeleteTopicsRequest(topics=[state], timeout_ms=1000), 6)
+    assert again.responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
+    res = DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=4, resource_name="0", configuration_keys=None
+    )
+    cfg = client.request(
+        DescribeConfigsRequest(resources=[res], include_synonyms=True, include_documentation=True),
+        4,
+    ).results[0]
+    values = {c.name: c.value for c in cfg.configs}
+    assert cfg.error_code == 0 and values["auto.create.topics.enable"] == "true"
+    assert all(c.read_only for c in cfg.configs)

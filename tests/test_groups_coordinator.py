@@ -36,7 +36,9 @@ SESSION_MS = 10_000
 
 
 def subscription(*topics: str) -> bytes:
-    return bytes(ConsumerProtocolSubscription(version=0, topics=list(topics), user_data=None).encode())
+    return bytes(
+        ConsumerProtocolSubscription(version=0, topics=list(topics), user_data=None).encode()
+    )
 
 
 PROTOCOLS = (("range", subscription("t")), ("roundrobin", subscription("t")))
@@ -162,7 +164,9 @@ def test_a_new_member_makes_the_others_rejoin(h):
         assert await h.heartbeat("g", a) is E.REBALANCE_IN_PROGRESS
         # Commits still go through while the rebalance is being prepared.
         h.topic()
-        codes = await h.coord.commit("g", a.generation, a.member_id, None, [OffsetCommit("t", 0, 3)])
+        codes = await h.coord.commit(
+            "g", a.generation, a.member_id, None, [OffsetCommit("t", 0, 3)]
+        )
         assert codes == {("t", 0): E.NONE}
         a2 = await h.join("g", a.member_id)
         b = await b_join
@@ -323,14 +327,16 @@ def test_random_arrivals_and_departures_converge(h):
         tasks = [asyncio.ensure_future(member(i, stop, out)) for i in range(8)]
         await asyncio.sleep(0.5)
         await eventually(
-            lambda: h.coord.groups["g"].state is GroupState.STABLE
-            and len(out) == len(h.coord.groups["g"].members) == 8
-            and len({v[0] for v in out.values()}) == 1,
+            lambda: (
+                h.coord.groups["g"].state is GroupState.STABLE
+                and len(out) == len(h.coord.groups["g"].members) == 8
+                and len({v[0] for v in out.values()}) == 1
+            ),
             timeout=10,
         )
         (generation,) = {v[0] for v in out.values()}
         assert generation == h.coord.groups["g"].generation
-        for gen, leader, assignment, member_id in out.values():
+        for _gen, leader, assignment, member_id in out.values():
             assert leader == h.coord.groups["g"].leader_id and assignment == member_id.encode()
         stop.set()
         await asyncio.gather(*tasks)
@@ -391,7 +397,9 @@ def test_commits_and_fetches(h):
         assert codes == {("t", 0): E.NONE}
         code, got = await c.fetch_offsets("s", [("t", [0, 1]), ("other", [0])])
         assert code is E.NONE
-        assert [(t, [(p, f.offset, f.leader_epoch, f.metadata) for p, f in ps]) for t, ps in got] == [
+        assert [
+            (t, [(p, f.offset, f.leader_epoch, f.metadata) for p, f in ps]) for t, ps in got
+        ] == [
             ("t", [(0, 7, 4, "meta"), (1, -1, -1, "")]),
             ("other", [(0, -1, -1, "")]),
         ]
@@ -420,14 +428,16 @@ def test_commits_and_fetches(h):
         (a,) = await h.join_and_sync("g", 1)
         commit = [OffsetCommit("t", 0, 5)]
         assert await c.commit("g", a.generation, a.member_id, None, commit) == {("t", 0): E.NONE}
-        assert await c.commit("g", 99, a.member_id, None, commit) == {("t", 0): E.ILLEGAL_GENERATION}
+        assert await c.commit("g", 99, a.member_id, None, commit) == {
+            ("t", 0): E.ILLEGAL_GENERATION
+        }
         assert await c.commit("g", 1, "who", None, commit) == {("t", 0): E.UNKNOWN_MEMBER_ID}
         assert await c.commit("g", -1, "", None, commit) == {("t", 0): E.UNKNOWN_MEMBER_ID}
         assert await c.commit("nope", 3, "x", None, commit) == {("t", 0): E.ILLEGAL_GENERATION}
         # Between JoinGroup and the assignment: REBALANCE_IN_PROGRESS.
         b_join = asyncio.ensure_future(h.join("g"))
         await eventually(lambda: c.groups["g"].state is GroupState.PREPARING_REBALANCE)
-        a2, b = await asyncio.gather(h.join("g", a.member_id), b_join)
+        a2, _b = await asyncio.gather(h.join("g", a.member_id), b_join)
         assert c.groups["g"].state is GroupState.COMPLETING_REBALANCE
         got = await c.commit("g", a2.generation, a.member_id, None, commit)
         assert got == {("t", 0): E.REBALANCE_IN_PROGRESS}
@@ -475,7 +485,9 @@ def test_offset_delete(h):
         h.topic("t")
         h.topic("u")
         (a,) = await h.join_and_sync("g", 1)  # subscribed to "t"
-        await h.coord.commit("g", 1, a.member_id, None, [OffsetCommit("t", 0, 1), OffsetCommit("u", 0, 2)])
+        await h.coord.commit(
+            "g", 1, a.member_id, None, [OffsetCommit("t", 0, 1), OffsetCommit("u", 0, 2)]
+        )
         code, codes = await h.coord.delete_offsets("g", [("t", [0]), ("u", [0]), ("x", [0])])
         assert code is E.NONE
         assert codes == {
@@ -542,7 +554,9 @@ def test_groups_and_offsets_survive_a_restart(h):
     async def before():
         h.topic()
         a, b = await h.join_and_sync("g", 2)
-        await h.coord.commit("g", a.generation, a.member_id, None, [OffsetCommit("t", 0, 11, metadata="m")])
+        await h.coord.commit(
+            "g", a.generation, a.member_id, None, [OffsetCommit("t", 0, 11, metadata="m")]
+        )
         (c,) = await h.join_and_sync("gone", 1)
         await h.coord.leave("gone", [(c.member_id, None)])
         await h.coord.writer.flush()
@@ -601,3 +615,32 @@ def test_shutdown_answers_waiting_joins(h):
         assert (await h.coord.heartbeat("g", a.member_id, None, 1))[0] is E.NOT_COORDINATOR
 
     run(scenario())
+
+
+def test_one_coordinator_per_broker_with_start_and_close_hooks(tmp_path):
+    from tmsgate.gateway.kafka.groups import (
+        close_coordinator,
+        coordinator_for,
+        start_coordinator,
+        stop_coordinator,
+    )
+
+    store = open_store(f"leveldb://{tmp_path / 's'}")
+    broker = Broker(store, GatewayConfig())
+
+    async def scenario():
+        coord = await start_coordinator(broker, FAST)
+        assert coordinator_for(broker) is coord and coord._loading.done()
+        h = Harness.__new__(Harness)
+        h.coord = coord
+        (a,) = await Harness.join_and_sync(h, "g", 1)
+        stop_coordinator(broker)
+        assert (await coord.heartbeat("g", a.member_id, None, 1))[0] is E.NOT_COORDINATOR
+        await close_coordinator(broker)
+
+    try:
+        run(scenario())
+        assert len(store.scan_state("kafka.groups")) == 1
+    finally:
+        broker.close()
+        store.close()

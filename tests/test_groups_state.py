@@ -124,7 +124,10 @@ def test_leader_moves_when_the_leader_leaves_and_static_ids_are_tracked():
     g.add(_member("b", instance="i-b"))
     assert g.leader_id == "a"
     assert g.static_members == {"i-b": "b"}
-    assert g.fenced("i-b", "zzz") and not g.fenced("i-b", "b") and not g.fenced(None, "x")
+    assert g.check_member("zzz", "i-b").code is GroupErrorCode.FENCED_INSTANCE_ID
+    assert g.check_member("a", "i-a").code is GroupErrorCode.UNKNOWN_MEMBER_ID  # not static
+    assert g.check_member("x", None).code is GroupErrorCode.UNKNOWN_MEMBER_ID
+    assert g.check_member("b", "i-b") is None and g.check_member("a", None) is None
     g.remove("a")
     assert g.leader_id == "b"
     moved = g.replace_static("i-b", "b", "b2")

@@ -6,7 +6,6 @@ import struct
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest
-
 from tmsgate.protocol import (
     ApiKey,
     BadFrame,
@@ -23,9 +22,9 @@ from tmsgate.protocol import (
 )
 
 # Metadata v1: api_key 3, version 1, correlation id 1, client id "c", topics ["t"]
-METADATA_V1 = bytes.fromhex("00000012" "0003" "0001" "00000001" "000163" "00000001" "000174")
+METADATA_V1 = bytes.fromhex("00000012 0003 0001 00000001 000163 00000001 000174")
 # ApiVersions v3 (flexible, header v2): client id "c", empty tags, body "a","1", empty tags
-API_VERSIONS_V3 = bytes.fromhex("00000011" "0012" "0003" "00000009" "000163" "00" "0261" "0231" "00")
+API_VERSIONS_V3 = bytes.fromhex("00000011 0012 0003 00000009 000163 00 0261 0231 00")
 
 
 def test_request_table_knows_the_apis() -> None:
@@ -50,7 +49,7 @@ def test_golden_flexible_header() -> None:
 
 
 def test_header_with_tagged_fields_is_skipped() -> None:
-    frame = bytes.fromhex("0012" "0003" "00000009" "000163" "01" "05" "02" "abcd" "0261" "0231" "00")
+    frame = bytes.fromhex("0012 0003 00000009 000163 01 05 02 abcd 0261 0231 00")
     assert parse_header(memoryview(frame))[:4] == (18, 3, 9, "c")
     assert decode_request(frame).body.client_software_name == "a"
 
@@ -108,27 +107,26 @@ def test_unknown_versions_decode_without_body() -> None:
 
 def test_response_golden_api_versions_v0() -> None:
     resp = ApiVersionsResponse[0](
-        error_code=35, api_keys=[ApiVersionsResponse.ApiVersion(api_key=18, min_version=0,
-                                                                max_version=4)]
+        error_code=35,
+        api_keys=[ApiVersionsResponse.ApiVersion(api_key=18, min_version=0, max_version=4)],
     )
     [chunk] = encode_response(7, resp)
-    assert bytes(chunk) == bytes.fromhex(
-        "00000010" "00000007" "0023" "00000001" "0012" "0000" "0004"
-    )
+    assert bytes(chunk) == bytes.fromhex("00000010 00000007 0023 00000001 0012 0000 0004")
 
 
 def test_api_versions_v3_response_uses_header_v0() -> None:
     resp = response_class(18, 3)(error_code=0, api_keys=[], throttle_time_ms=0)
     [chunk] = encode_response(1, resp)
     # size, correlation id, then the body (no header tag buffer before the error code)
-    assert bytes(chunk)[4:10] == bytes.fromhex("00000001" "0000")
+    assert bytes(chunk)[4:10] == bytes.fromhex("00000001 0000")
 
 
 def test_request_encode_decode_round_trip_all_metadata_versions() -> None:
     for version in range(1, 13):
         req = MetadataRequest[version](
             topics=[MetadataRequest.MetadataRequestTopic(name="x")],
-            allow_auto_topic_creation=True, include_topic_authorized_operations=False,
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
         )
         req.with_header(correlation_id=version, client_id="rt")
         [event] = KafkaConnection().receive_data(req.encode(header=True, framed=True))

@@ -7,12 +7,12 @@ it to close only the offending connection).
 
 from __future__ import annotations
 
+import contextlib
 import struct
 
+import kafka_requests as kr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import kafka_requests as kr
 from tmsgate.gateway.kafka.routes import default_routes
 from tmsgate.protocol import (
     BadFrame,
@@ -27,10 +27,12 @@ from tmsgate.protocol import (
     parse_header,
 )
 
-FUZZ = settings(max_examples=300, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-ROUTES = [(r.api_key, v) for r in default_routes() for v in range(r.min_version,
-                                                                   r.max_version + 1)]
+FUZZ = settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+ROUTES = [(r.api_key, v) for r in default_routes() for v in range(r.min_version, r.max_version + 1)]
 
 
 def frame(body: bytes) -> bytes:
@@ -43,10 +45,17 @@ def header(api_key: int, version: int, flexible: bool) -> bytes:
 
 def valid_requests() -> list[bytes]:
     out = []
-    for req, v in [(kr.produce("t", kr.batch(2)), 9), (kr.produce("t", kr.batch(2)), 3),
-                   (kr.fetch("t", 0), 12), (kr.fetch("t", 0), 4), (kr.list_offsets("t", -1), 7),
-                   (kr.metadata("t"), 12), (kr.metadata("t"), 1), (kr.init_producer_id(), 4),
-                   (kr.create_topic("t", configs={"retention.ms": "1"}), 5)]:
+    for req, v in [
+        (kr.produce("t", kr.batch(2)), 9),
+        (kr.produce("t", kr.batch(2)), 3),
+        (kr.fetch("t", 0), 12),
+        (kr.fetch("t", 0), 4),
+        (kr.list_offsets("t", -1), 7),
+        (kr.metadata("t"), 12),
+        (kr.metadata("t"), 1),
+        (kr.init_producer_id(), 4),
+        (kr.create_topic("t", configs={"retention.ms": "1"}), 5),
+    ]:
         req.with_header(correlation_id=3, client_id="fuzz")
         out.append(bytes(req.encode(version=v, header=True)))
     return out
@@ -76,7 +85,7 @@ def test_frame_decoder_on_arbitrary_chunks(chunks: list[bytes]) -> None:
 @given(st.binary(max_size=200))
 def test_header_parser(data: bytes) -> None:
     try:
-        api_key, version, cid, client_id, pos = parse_header(memoryview(data))
+        _api_key, version, _cid, _client_id, pos = parse_header(memoryview(data))
     except MalformedRequest:
         return
     assert pos >= 8 and version == struct.unpack_from(">h", data, 2)[0]
@@ -103,10 +112,8 @@ def test_mutated_valid_requests(valid: bytes, data: st.DataObject) -> None:
     cut = data.draw(st.integers(0, len(raw)))
     for candidate in (bytes(raw), bytes(raw[:cut])):
         conn = KafkaConnection(max_frame_bytes=1 << 16)
-        try:
+        with contextlib.suppress(FrameTooLarge, ConnectionClosed):
             check_events(conn.receive_data(frame(candidate)))
-        except (FrameTooLarge, ConnectionClosed):
-            pass
 
 
 def _recrc(raw: bytearray) -> None:
@@ -130,16 +137,12 @@ def test_record_batch_decoder(valid: bytes, data: st.DataObject, fix_crc: bool) 
     raw = raw[: data.draw(st.integers(0, len(raw)))] if data.draw(st.booleans()) else raw
     if fix_crc:
         _recrc(raw)  # get past the CRC check to reach the record parser
-    try:
+    with contextlib.suppress(ProtocolError):
         decode_records(bytes(raw))
-    except ProtocolError:
-        pass
 
 
 @FUZZ
 @given(st.binary(max_size=500))
 def test_record_batch_decoder_on_arbitrary_bytes(data: bytes) -> None:
-    try:
+    with contextlib.suppress(ProtocolError):
         decode_records(data)
-    except ProtocolError:
-        pass

@@ -8,7 +8,6 @@ import kafka.record
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from crc32c import crc32c
-
 from tmsgate.protocol import (
     CorruptRecords,
     FetchRecord,
@@ -18,16 +17,29 @@ from tmsgate.protocol import (
     build_batch,
     decode_records,
     empty_batch,
+    skip_batch,
     split_batches,
 )
 
 
 def produced(n: int = 3, codec: int = 0, **kw: int) -> bytes:
-    b = DefaultRecordBatchBuilder(2, codec, kw.get("txn", 0), kw.get("pid", -1),
-                                  kw.get("epoch", -1), kw.get("seq", -1), 1 << 30)
+    b = DefaultRecordBatchBuilder(
+        2,
+        codec,
+        kw.get("txn", 0),
+        kw.get("pid", -1),
+        kw.get("epoch", -1),
+        kw.get("seq", -1),
+        1 << 30,
+    )
     for i in range(n):
-        b.append(i, 1000 + i, b"k%d" % i if i % 2 else None, b"v%d" % i * 50,
-                 [("h", b"%d" % i)] if i else [])
+        b.append(
+            i,
+            1000 + i,
+            b"k%d" % i if i % 2 else None,
+            b"v%d" % i * 50,
+            [("h", b"%d" % i)] if i else [],
+        )
     return bytes(b.build())
 
 
@@ -108,8 +120,7 @@ def read_with_kafka_python(raw: bytes) -> list[tuple[int, list]]:
     mr = kafka.record.MemoryRecords(raw)
     while (b := mr.next_batch()) is not None:
         assert b.validate_crc()
-        out.append((b.next_offset, [(r.offset, r.timestamp, r.key, r.value, r.headers)
-                                    for r in b]))
+        out.append((b.next_offset, [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in b]))
     return out
 
 
@@ -130,8 +141,9 @@ def test_build_batch_log_append_time() -> None:
 
 def test_build_batch_golden_header() -> None:
     raw = build_batch([FetchRecord(7, 1000, None, b"x", [])])
-    (base, length, epoch, magic, _crc, attrs, lod, first_ts, max_ts, pid, pe, seq, count) = \
+    (base, length, epoch, magic, _crc, attrs, lod, first_ts, max_ts, pid, pe, seq, count) = (
         struct.unpack_from(">qiibIhiqqqhii", raw)
+    )
     assert (base, length, epoch, magic, attrs, lod) == (7, len(raw) - 12, -1, 2, 0, 0)
     assert (first_ts, max_ts, pid, pe, seq, count) == (1000, 1000, -1, -1, -1, 1)
 
@@ -142,3 +154,13 @@ def test_empty_batch_moves_consumers() -> None:
     assert read_with_kafka_python(raw) == [(30, [])]
     with pytest.raises(ValueError):
         build_batch([])
+
+
+def test_skip_batch_is_a_commit_marker_at_the_last_offset() -> None:
+    raw = skip_batch(10, 14)
+    assert batch_next_offset(raw) == 15
+    [(next_offset, [(offset, _ts, key, value, _headers)])] = read_with_kafka_python(raw)
+    assert (next_offset, offset, key, value) == (15, 14, b"\x00\x00\x00\x01", bytes(6))
+    mr = kafka.record.MemoryRecords(raw)
+    batch = mr.next_batch()
+    assert batch.is_control_batch and batch.is_transactional and batch.producer_id == -1

@@ -17,7 +17,6 @@ import textwrap
 import time
 
 import pytest
-
 from tmsgate.storage import Message, TopicId, open_store
 
 ACKS_BEFORE_KILL = 200
@@ -50,8 +49,8 @@ CHILD = textwrap.dedent(
             else:
                 r = store.publish(topic, batch, state={("acks", str(i)): str(j).encode()})
                 wp = None
-            line = {"base": r.base_offset, "count": r.count, "payloads": [b.decode() for b in batch],
-                    "id": r.first_id.hex(), "wp": wp, "thread": i, "round": j}
+            line = {"base": r.base_offset, "count": r.count, "id": r.first_id.hex(),
+                    "payloads": [b.decode() for b in batch], "wp": wp, "thread": i, "round": j}
             with out:
                 sys.stdout.write(json.dumps(line) + "\\n")
                 sys.stdout.flush()

@@ -4,12 +4,12 @@ conftest.py unless a test says otherwise."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from concurrent.futures import Future
 
 import pytest
-
 from tmsgate.storage import (
     Entry,
     InvalidTopicProperties,
@@ -160,7 +160,11 @@ def test_publish_result_ids_match_the_messages(store: Store, topic: TopicId) -> 
 def test_entries_carry_meta_and_null_payloads(store: Store, topic: TopicId) -> None:
     store.publish(topic, [Entry(b"v", meta=b"k=1"), Entry(None, meta=b"tombstone"), Entry(b"")])
     msgs = store.poll(topic)
-    assert [(m.payload, m.meta) for m in msgs] == [(b"v", b"k=1"), (None, b"tombstone"), (b"", None)]
+    assert [(m.payload, m.meta) for m in msgs] == [
+        (b"v", b"k=1"),
+        (None, b"tombstone"),
+        (b"", None),
+    ]
 
 
 def test_publish_nothing_without_transaction_is_an_error(store: Store, topic: TopicId) -> None:
@@ -273,7 +277,7 @@ def test_more_than_65536_messages_in_one_millisecond(store: Store, topic: TopicI
     msgs = store.read(topic, offset=0, max_messages=80_000).messages
     assert len(msgs) == 70_005 and msgs[-1].offset == 70_004
     ids = [m.id for m in msgs]
-    assert all(a < b for a, b in zip(ids, ids[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(ids))
     assert {m.publish_ts for m in msgs} == {t0, t0 + 1}
     assert [m.id.parts[:2] for m in msgs[65_535:65_537]] == [(t0, 65_535), (t0 + 1, 0)]
     assert results[1].last_id.parts[:2] == (t0 + 1, 70_000 - 65_536 - 1)
@@ -285,9 +289,7 @@ def test_more_than_65536_messages_in_one_millisecond(store: Store, topic: TopicI
 
 
 # --- retention ----------------------------------------------------------------------------
-def test_topic_ttl_at_read_time_and_by_cleanup(
-    store: Store, open_test_store, clock
-) -> None:
+def test_topic_ttl_at_read_time_and_by_cleanup(store: Store, open_test_store, clock) -> None:
     t = TopicId("default", "short")
     store.create_topic(t, {"ttl": "1"})
     t0 = clock.now
@@ -394,8 +396,10 @@ def test_delete_and_recreate_starts_a_new_generation(
     assert payloads(store.poll(topic)) == [b"g2-0"]
 
     for table in (keys.MESSAGE, keys.PAYLOAD, keys.OFFSET_INDEX):
-        assert any(keys.generation_of(k, len(keys.all_generations_prefix(table, topic))) == 1
-                   for k in raw_keys(store, table, topic))
+        assert any(
+            keys.generation_of(k, len(keys.all_generations_prefix(table, topic))) == 1
+            for k in raw_keys(store, table, topic)
+        )
     store.cleanup()
     for table in (keys.MESSAGE, keys.PAYLOAD, keys.OFFSET_INDEX):
         gens = {
@@ -967,3 +971,26 @@ def test_invalidate_does_not_hide_committed_messages(store: Store, topic: TopicI
     assert payloads(store.poll(topic, tx=tm.snapshot())) == [b"committed"]
     assert tm.invalidate(tx.write_pointer) is False
     assert payloads(store.poll(topic, tx=tm.snapshot())) == [b"committed"]
+
+
+def test_cleanup_never_changes_what_a_read_returns(store: Store, clock) -> None:
+    """BUG storage/janitor.py:107-111 (_expire): PayloadTable rows of invalid transactions
+    are deleted by their *write* time, while the reader applies the TTL to the MessageTable
+    row's publish time (reader.py:78-97) and shows them to non-transactional readers. A
+    reference row inside the TTL loses its payloads: before the cleanup pass a read returns
+    offsets 0-3, after it (same clock) offsets 1-2 are gone while offsets() still says
+    (0, 4) - the dense range has a hole and the non-transactional read is not repeatable."""
+    t = TopicId("default", "ttl10")
+    store.create_topic(t, {"ttl": "10"})
+    tx = store.transactions.start(timeout_s=LONG)
+    store.store(t, [b"s0", b"s1"], tx)
+    clock.advance(9_000)
+    store.publish(t, [b"m0"])
+    store.publish(t, [], tx=tx)
+    store.publish(t, [b"m3"])
+    store.transactions.abort(tx)
+    clock.advance(2_000)
+    before = [(m.offset, m.payload) for m in store.poll(t)]
+    assert before == [(0, b"m0"), (1, b"s0"), (2, b"s1"), (3, b"m3")]
+    store.cleanup()
+    assert [(m.offset, m.payload) for m in store.poll(t)] == before

@@ -22,9 +22,14 @@
 //     prints {"i":..,"partition":..,"offset":..,"timestamp":..} per record, in index order.
 //   consume <bootstrap> <topic> <from-offset> <n> [read_committed]
 //       [--timeout-ms T] (default 30000) [--prop key=value]
+//       [--pause-after K --pause-file F]  after K records create F, wait until it is deleted
 //     KafkaConsumer without group.id: assign + seek + poll. Prints per record
 //     {"offset":..,"key":..,"value":..,"headers":[[k,v],..],"timestamp":..,"timestamp_type":..}
 //     then a final {"end":true,"position":..,"count":..}.
+//   consumer-offsets <bootstrap> <topic> [read_committed] [--timestamp T]
+//     KafkaConsumer seekToBeginning/position, seekToEnd/position, beginningOffsets, endOffsets,
+//     offsetsForTimes (what Spark's KafkaDataConsumer uses to find the available range).
+//     Prints {"beginning":..,"end":..,"beginning_offsets":..,"end_offsets":..,"for_timestamp":..}.
 //   admin <bootstrap> <topic> [--no-create] [--timestamp T] [--partitions P]
 //     AdminClient createTopics, describeTopics, listOffsets(earliest, latest, [forTimestamp T])
 //     with IsolationLevel.READ_COMMITTED. Prints one JSON object.
@@ -203,6 +208,7 @@ public final class KafkaCompat {
             switch (argv[0]) {
                 case "produce": rc = produce(a); break;
                 case "consume": rc = consume(a); break;
+                case "consumer-offsets": rc = consumerOffsets(a); break;
                 case "admin": rc = admin(a, true); break;
                 case "offsets": rc = admin(a, false); break;
                 case "create": rc = create(a); break;
@@ -315,6 +321,11 @@ public final class KafkaCompat {
         int n = Integer.parseInt(a.pos(3, "n"));
         boolean readCommitted = a.hasPositional("read_committed");
         long timeoutMs = Long.parseLong(a.opt("--timeout-ms", "30000"));
+        // --pause-after K --pause-file F: after K records, create F and wait (polling nothing)
+        // until F is deleted, then go on with the same consumer -- lets a test restart the
+        // broker under a live consumer.
+        int pauseAfter = Integer.parseInt(a.opt("--pause-after", "-1"));
+        String pauseFile = a.opt("--pause-file", null);
 
         Properties p = new Properties();
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -335,7 +346,16 @@ public final class KafkaCompat {
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
             consumer.assign(Collections.singletonList(tp));
             consumer.seek(tp, from);
+            boolean paused = false;
             while (count < n && System.nanoTime() < deadline) {
+                if (!paused && pauseFile != null && count >= pauseAfter) {
+                    paused = true;
+                    java.nio.file.Path pf = java.nio.file.Paths.get(pauseFile);
+                    java.nio.file.Files.write(pf, new byte[0]);
+                    while (java.nio.file.Files.exists(pf) && System.nanoTime() < deadline) {
+                        Thread.sleep(50);
+                    }
+                }
                 ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(250));
                 for (ConsumerRecord<byte[], byte[]> r : records) {
                     if (count >= n) {
@@ -357,6 +377,44 @@ public final class KafkaCompat {
             System.err.println("incomplete: got " + count + " of " + n + " records within " + timeoutMs + " ms");
             return 2;
         }
+        return 0;
+    }
+
+    static int consumerOffsets(Args a) throws Exception {
+        String bootstrap = a.pos(0, "bootstrap");
+        String topic = a.pos(1, "topic");
+        boolean readCommitted = a.hasPositional("read_committed");
+        String ts = a.opt("--timestamp", null);
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.CLIENT_ID_CONFIG, "kafka-compat-java-consumer");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, readCommitted ? "read_committed" : "read_uncommitted");
+        p.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+        p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "20000");
+        a.applyProps(p);
+        TopicPartition tp = new TopicPartition(topic, 0);
+        Duration t = Duration.ofSeconds(20);
+        StringBuilder b = new StringBuilder("{");
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
+            consumer.assign(Collections.singletonList(tp));
+            consumer.seekToBeginning(Collections.singletonList(tp));
+            b.append("\"beginning\":").append(consumer.position(tp, t));
+            consumer.seekToEnd(Collections.singletonList(tp));
+            b.append(",\"end\":").append(consumer.position(tp, t));
+            b.append(",\"beginning_offsets\":").append(consumer.beginningOffsets(List.of(tp), t).get(tp));
+            b.append(",\"end_offsets\":").append(consumer.endOffsets(List.of(tp), t).get(tp));
+            if (ts != null) {
+                org.apache.kafka.clients.consumer.OffsetAndTimestamp oat =
+                        consumer.offsetsForTimes(Map.of(tp, Long.parseLong(ts)), t).get(tp);
+                b.append(",\"for_timestamp\":").append(oat == null ? "null"
+                        : "{\"offset\":" + oat.offset() + ",\"timestamp\":" + oat.timestamp() + "}");
+            }
+            consumer.close(Duration.ofSeconds(5));
+        }
+        out(b.append('}').toString());
         return 0;
     }
 

@@ -44,6 +44,10 @@ class InvalidConfig(ValueError):
     """A Kafka config name or value tmsgate cannot honour (INVALID_CONFIG)."""
 
 
+class InvalidTopicName(ValueError):
+    """Not a legal Kafka topic name (INVALID_TOPIC_EXCEPTION)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
     """The Kafka view of one topic's properties."""

@@ -15,8 +15,7 @@ from tmsgate.storage import (
     TopicNotFound,
 )
 
-from .config import InvalidConfig
-from .topics import InvalidTopicName
+from .config import InvalidConfig, InvalidTopicName
 
 log = logging.getLogger("tmsgate.kafka")
 

@@ -20,8 +20,8 @@ from tmsgate.protocol import (
     MalformedMeta,
     build_batch,
     decode_meta,
-    empty_batch,
     encode_meta,
+    skip_batch,
 )
 from tmsgate.storage import Entry, Message
 
@@ -62,6 +62,7 @@ def to_entries(records: Sequence[Any]) -> tuple[list[Entry], int | None]:
 
 
 def _fetch_record(msg: Message, log_append_time: bool) -> FetchRecord:
+    # Hot path: one call per fetched message.
     try:
         key, headers, timestamp = decode_meta(msg.meta)
     except MalformedMeta:
@@ -80,24 +81,27 @@ def encode_messages(
     messages: Sequence[Message], start: int, next_offset: int, log_append_time: bool
 ) -> bytes:
     """Record batches for a fetch that read ``messages`` from ``start`` up to
-    ``next_offset`` (exclusive). Offsets the read skipped (rolled back, invalid,
-    expired) are spanned by the batches so the consumer moves past them."""
-    if not messages:
-        if next_offset > start:
-            return empty_batch(start, next_offset - 1)
-        return b""
-    if not log_append_time:
-        records = [_fetch_record(m, False) for m in messages]
-        return build_batch(records, last_offset=next_offset - 1)
-    # LogAppendTime: clients give every record its batch's max timestamp, so each
-    # batch holds messages of one publish time (one store group commit).
+    ``next_offset`` (exclusive).
+
+    Offsets the read skipped (rolled back, invalid, expired) between messages are
+    simply absent, as after compaction. Skipped offsets after the last message get a
+    control batch (skip_batch) so that every client, librdkafka's application
+    position included, moves past them instead of fetching them again."""
     chunks = []
-    group: list[FetchRecord] = []
-    group_ts = messages[0].publish_ts
-    for msg in messages:
-        if msg.publish_ts != group_ts:
-            chunks.append(build_batch(group, log_append_time=group_ts))
-            group, group_ts = [], msg.publish_ts
-        group.append(_fetch_record(msg, True))
-    chunks.append(build_batch(group, last_offset=next_offset - 1, log_append_time=group_ts))
+    if messages and not log_append_time:
+        chunks.append(build_batch([_fetch_record(m, False) for m in messages]))
+    elif messages:
+        # LogAppendTime: clients give every record its batch's max timestamp, so each
+        # batch holds messages of one publish time (one store group commit).
+        group: list[FetchRecord] = []
+        group_ts = messages[0].publish_ts
+        for msg in messages:
+            if msg.publish_ts != group_ts:
+                chunks.append(build_batch(group, log_append_time=group_ts))
+                group, group_ts = [], msg.publish_ts
+            group.append(_fetch_record(msg, True))
+        chunks.append(build_batch(group, log_append_time=group_ts))
+    covered = messages[-1].offset + 1 if messages else start
+    if next_offset > covered:
+        chunks.append(skip_batch(covered, next_offset - 1))
     return b"".join(chunks)

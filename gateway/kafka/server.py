@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 from .broker import Broker
 from .connection import READ_SIZE, ConnectionDriver
@@ -26,9 +27,18 @@ class KafkaServer:
         )
         host, port = self._server.sockets[0].getsockname()[:2]
         self.address = (host, port)
-        self.broker.set_listen_address(
-            cfg.host if cfg.host not in ("", "0.0.0.0", "::") else host, port
-        )
+        advertised = cfg.host
+        if cfg.host in ("", "0.0.0.0", "::"):
+            # Clients cannot connect to a wildcard address: tell them our host name
+            # unless --kafka-advertised says otherwise.
+            advertised = socket.getfqdn()
+            if cfg.advertised_host is None:
+                log.warning(
+                    "listening on all interfaces; advertising host %s to clients "
+                    "(set --kafka-advertised to change it)",
+                    advertised,
+                )
+        self.broker.set_listen_address(advertised, port)
         return self.address
 
     @property

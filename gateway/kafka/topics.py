@@ -14,19 +14,17 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tmsgate.protocol import ErrorCode
 from tmsgate.storage import TopicAlreadyExists, TopicId, TopicMetadata, TopicNotFound
 
-from .config import TopicConfig, topic_config
+from .config import InvalidTopicName, TopicConfig, topic_config
+from .errors import error_of
 
 if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger("tmsgate.kafka.topics")
 CACHE_SECONDS = 5.0
-
-
-class InvalidTopicName(ValueError):
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +80,16 @@ class TopicRegistry:
             self.invalidate(name)
             return None
         return self._info(md)
+
+    async def resolve(
+        self, name: str, auto_create: bool = False
+    ) -> tuple[TopicInfo | None, ErrorCode]:
+        """For handlers: the topic, or None and the error code to answer with."""
+        try:
+            info = await self.ensure(name, auto_create)
+        except Exception as exc:
+            return None, error_of(exc, f"look up topic {name!r}")[0]
+        return info, ErrorCode.NONE if info else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     async def ensure(self, name: str, auto_create: bool) -> TopicInfo | None:
         """The topic, created with default configs if missing and ``auto_create``."""

@@ -1,7 +1,9 @@
 """Kafka consumer groups (the classic protocol): coordinator, committed offsets, state.
 
     coordinator_for(broker) -> GroupCoordinator   # created and loaded on first use
-    start_coordinator(broker) / stop_coordinator(broker)   # gateway start-up / shutdown
+    await start_coordinator(broker)   # gateway start-up: load groups now
+    stop_coordinator(broker)          # shutdown begins: answer long-polling joins
+    await close_coordinator(broker)   # before the store closes: flush group state
 
 The handlers in ``gateway/kafka/handlers`` translate requests to the coordinator's
 methods and its results back to responses; nothing here knows wire formats.
@@ -14,14 +16,14 @@ from .coordinator import (
     GroupSummary,
     ListedGroup,
     MemberSummary,
+    close_coordinator,
     coordinator_for,
     start_coordinator,
     stop_coordinator,
 )
 from .errors import GroupError, GroupErrorCode
-from .model import JoinResult, SyncResult, client_host
+from .model import JoinRequest, JoinResult, SyncRequest, SyncResult, client_host
 from .offsets import FetchedOffset, OffsetCommit
-from .rebalance import JoinRequest, SyncRequest
 from .state import GroupState, IllegalTransition
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "SyncRequest",
     "SyncResult",
     "client_host",
+    "close_coordinator",
     "coordinator_for",
     "from_env",
     "start_coordinator",

@@ -20,6 +20,7 @@ exactly that group's offsets whatever characters a group id has.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import struct
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ def offsets_prefix(group_id: str) -> str:
     return group_key(group_id) + "/"
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the same few keys are committed over and over
 def offset_key(group_id: str, topic: str, partition: int) -> str:
     return f"{offsets_prefix(group_id)}{quote(topic, safe='')}/{partition}"
 

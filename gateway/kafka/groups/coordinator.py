@@ -30,9 +30,17 @@ from .codec import (
 )
 from .config import GroupConfig, from_env
 from .errors import GroupError, GroupErrorCode
-from .model import CONSUMER_PROTOCOL, Group, JoinResult, Member, SyncResult
+from .model import (
+    CONSUMER_PROTOCOL,
+    Group,
+    JoinRequest,
+    JoinResult,
+    Member,
+    SyncRequest,
+    SyncResult,
+)
 from .offsets import NO_OFFSET, FetchedOffset, OffsetCommit, Offsets, TopicPartition
-from .rebalance import JoinRequest, Rebalancer, SyncRequest
+from .rebalance import Rebalancer
 from .state import DEAD, EMPTY, PROCEED, STABLE, GroupState, Op, outcome
 from .writer import StateWriter
 
@@ -291,13 +299,12 @@ class GroupCoordinator:
                 self.groups[group_id] = Group(group_id)
                 return E.NONE, ""
             return E.ILLEGAL_GENERATION, f"group {group_id!r} does not exist"
-        if group.fenced(instance_id, member_id):
-            return E.FENCED_INSTANCE_ID, f"instance id {instance_id!r} belongs to another member"
         if generation < 0 and group.state is EMPTY:
-            return E.NONE, ""
-        member = group.members.get(member_id)
-        if member is None:
-            return E.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in the group"
+            return E.NONE, ""  # an admin, or a consumer without group management
+        error = group.check_member(member_id, instance_id)
+        if error is not None:
+            return error.code, str(error)
+        member = group.members[member_id]
         if generation != group.generation:
             return E.ILLEGAL_GENERATION, f"the group's generation is {group.generation}"
         result = outcome(Op.COMMIT, group.state)
@@ -490,3 +497,11 @@ def stop_coordinator(broker: Broker) -> None:
     coordinator = _COORDINATORS.get(broker)
     if coordinator is not None:
         coordinator.shutdown()
+
+
+async def close_coordinator(broker: Broker) -> None:
+    """stop_coordinator(), then wait until queued group state is written: call it after the
+    server has stopped and before the broker's executor and the store close."""
+    coordinator = _COORDINATORS.get(broker)
+    if coordinator is not None:
+        await coordinator.close()

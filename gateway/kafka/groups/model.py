@@ -10,7 +10,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .errors import GroupErrorCode
+from .codec import GroupRecord, MemberRecord, subscription_topics
+from .errors import GroupError, GroupErrorCode
 from .state import EMPTY, GroupState, check_transition
 
 CONSUMER_PROTOCOL = "consumer"
@@ -54,6 +55,33 @@ class SyncResult:
     protocol_type: str | None = None
     protocol_name: str | None = None
     message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    instance_id: str | None
+    protocol_type: str
+    protocols: Protocols
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str
+    client_host: str
+    require_known_member_id: bool = True  # JoinGroup v4+
+    supports_skip_assignment: bool = False  # JoinGroup v9+
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    group_id: str
+    generation: int
+    member_id: str
+    instance_id: str | None
+    assignments: dict[str, bytes]
+    protocol_type: str | None = None
+    protocol_name: str | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -173,12 +201,27 @@ class Group:
             self.leader_id = next(iter(self.members), None)
         return member
 
-    def fenced(self, instance_id: str | None, member_id: str) -> bool:
-        """A static instance id now mapped to another member id (KIP-345)."""
-        if instance_id is None:
-            return False
-        current = self.static_members.get(instance_id)
-        return current is not None and current != member_id
+    def check_member(self, member_id: str, instance_id: str | None) -> GroupError | None:
+        """Kafka's validateCurrentMember: a named static instance must exist and be this
+        member (else it was fenced by a newer incarnation, KIP-345); the member must exist."""
+        if instance_id is not None:
+            current = self.static_members.get(instance_id)
+            if current is None:
+                return GroupError(
+                    GroupErrorCode.UNKNOWN_MEMBER_ID,
+                    f"no member of {self.group_id!r} has instance id {instance_id!r}",
+                )
+            if current != member_id:
+                return GroupError(
+                    GroupErrorCode.FENCED_INSTANCE_ID,
+                    f"instance id {instance_id!r} now belongs to member {current}",
+                )
+        if member_id not in self.members:
+            return GroupError(
+                GroupErrorCode.UNKNOWN_MEMBER_ID,
+                f"member {member_id or '(none)'} is not in group {self.group_id!r}",
+            )
+        return None
 
     def replace_static(self, instance_id: str, old_id: str, new_id: str) -> Member:
         member = self.members.pop(old_id)
@@ -250,8 +293,6 @@ class Group:
         """Topics the members subscribe to, for a consumer group; None when unknown."""
         if self.protocol_type != CONSUMER_PROTOCOL or self.protocol_name is None:
             return None
-        from .codec import subscription_topics
-
         topics: set[str] = set()
         for member in self.members.values():
             member_topics = subscription_topics(member.metadata(self.protocol_name))
@@ -259,3 +300,29 @@ class Group:
                 return None
             topics.update(member_topics)
         return topics
+
+    def record(self, assignments: dict[str, bytes] | None = None) -> GroupRecord:
+        """The durable form: members with the group protocol's metadata and (the given or
+        their current) assignment."""
+        members = tuple(
+            MemberRecord(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                m.session_timeout_ms,
+                m.rebalance_timeout_ms,
+                m.metadata(self.protocol_name),
+                m.assignment if assignments is None else assignments.get(m.member_id, b""),
+            )
+            for m in self.members.values()
+        )
+        return GroupRecord(
+            self.group_id,
+            self.generation,
+            self.protocol_type,
+            self.protocol_name,
+            self.leader_id,
+            self.state_ms,
+            members,
+        )

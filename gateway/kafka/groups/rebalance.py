@@ -25,14 +25,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from .codec import GROUPS_AREA, GroupRecord, MemberRecord, encode_group, group_key
+from .codec import GROUPS_AREA, encode_group, group_key
 from .config import GroupConfig
 from .errors import GroupError, GroupErrorCode
-from .model import Group, JoinResult, Member, Protocols, SyncResult
+from .model import Group, JoinRequest, JoinResult, Member, SyncRequest, SyncResult
 from .state import (
     CAN_REBALANCE,
     COMPLETING,
@@ -50,33 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tmsgate.kafka.groups")
 E = GroupErrorCode
-
-
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
-    group_id: str
-    member_id: str
-    instance_id: str | None
-    protocol_type: str
-    protocols: Protocols
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    client_id: str
-    client_host: str
-    require_known_member_id: bool = True  # JoinGroup v4+
-    supports_skip_assignment: bool = False  # JoinGroup v9+
-    reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SyncRequest:
-    group_id: str
-    generation: int
-    member_id: str
-    instance_id: str | None
-    assignments: dict[str, bytes]
-    protocol_type: str | None = None
-    protocol_name: str | None = None
 
 
 class Rebalancer:
@@ -176,17 +148,10 @@ class Rebalancer:
             if handle is not None:
                 handle.cancel()
             return self._add_member(group, req, mid)
-        if group.fenced(req.instance_id, mid):
-            raise GroupError(
-                E.FENCED_INSTANCE_ID,
-                f"instance id {req.instance_id!r} now belongs to another member of "
-                f"{group.group_id!r}",
-            )
-        member = group.members.get(mid)
-        if member is None:
-            raise GroupError(
-                E.UNKNOWN_MEMBER_ID, f"member {mid} is not in group {group.group_id!r}"
-            )
+        error = group.check_member(mid, req.instance_id)
+        if error is not None:
+            raise error
+        member = group.members[mid]
         result = outcome(Op.JOIN, group.state)
         if result is not PROCEED:
             raise GroupError(result, f"group {group.group_id!r} is {group.state.value}")
@@ -272,7 +237,9 @@ class Rebalancer:
         reason = f"static member {req.instance_id} rejoined"
         if group.state is STABLE:
             if group.select_protocol() == group.protocol_name:
-                self._spawn(self._confirm_static(group, member, old_leader, req))
+                self._spawn(
+                    self._confirm_static(group, member, old_leader, req, self.store_group(group))
+                )
             else:
                 self._rebalance(group, reason + " with a different protocol")
         elif group.state is COMPLETING:
@@ -283,7 +250,12 @@ class Rebalancer:
         return waiter
 
     async def _confirm_static(
-        self, group: Group, member: Member, old_leader: str | None, req: JoinRequest
+        self,
+        group: Group,
+        member: Member,
+        old_leader: str | None,
+        req: JoinRequest,
+        stored: asyncio.Future[None],
     ) -> None:
         """A static member back in a stable group keeps its assignment: persist its new
         id, then tell it the current generation (its SyncGroup returns the assignment).
@@ -291,7 +263,7 @@ class Rebalancer:
         old leader id, so it acts as a follower and does not reassign."""
         generation = group.generation
         try:
-            await self.store_group(group)
+            await asyncio.shield(stored)
             error = E.NONE
         except Exception as exc:
             log.error("group %r: persisting static member failed: %s", group.group_id, exc)
@@ -356,6 +328,7 @@ class Rebalancer:
             group.rebalance_timer = self.loop.call_later(
                 group.rebalance_timeout_ms() / 1000, self._rebalance_timed_out, group
             )
+            self._try_complete_join(group)  # e.g. the last member just left
 
     def _initial_delay_over(self, group: Group) -> None:
         group.rebalance_timer = None
@@ -407,7 +380,7 @@ class Rebalancer:
             group.protocol_name = None
             group.transition(EMPTY)
             log.info("group %r: generation %d is empty", group.group_id, group.generation)
-            self._spawn(self._store_quietly(group))
+            self._store_quietly(group)
             return
         group.protocol_name = group.select_protocol()
         group.transition(COMPLETING)
@@ -496,14 +469,19 @@ class Rebalancer:
             if extra:
                 log.info("group %r: leader assigned to unknown members %s", group.group_id, extra)
             assignments = {m: req.assignments.get(m, b"") for m in group.members}
-            self._spawn(self._accept_assignment(group, group.generation, assignments))
+            stored = self.store_group(group, assignments)
+            self._spawn(self._accept_assignment(group, group.generation, assignments, stored))
         return waiter
 
     async def _accept_assignment(
-        self, group: Group, generation: int, assignments: dict[str, bytes]
+        self,
+        group: Group,
+        generation: int,
+        assignments: dict[str, bytes],
+        stored: asyncio.Future[None],
     ) -> None:
         try:
-            await self.store_group(group, assignments)
+            await asyncio.shield(stored)
             error = E.NONE
         except Exception as exc:
             log.error("group %r: persisting the assignment failed: %s", group.group_id, exc)
@@ -518,9 +496,12 @@ class Rebalancer:
             return
         for member_id, member in group.members.items():
             member.assignment = assignments.get(member_id, b"")
-            member.answer_sync(
-                SyncResult(E.NONE, member.assignment, group.protocol_type, group.protocol_name)
-            )
+            if member.awaiting_sync:
+                member.answer_sync(
+                    SyncResult(E.NONE, member.assignment, group.protocol_type, group.protocol_name)
+                )
+                # Its session restarts now: it may have run out while the leader computed.
+                self._schedule_expiry(group, member)
         group.transition(STABLE)
         log.info(
             "group %r: generation %d is stable with %d members",
@@ -558,16 +539,16 @@ class Rebalancer:
             member_id = group.static_members.get(instance_id or "", "")
             if not member_id:
                 return E.UNKNOWN_MEMBER_ID
-        elif group.fenced(instance_id, member_id):
-            return E.FENCED_INSTANCE_ID
-        if member_id in group.pending_members:
+        elif member_id in group.pending_members:
             handle = group.pending_members.pop(member_id)
             if handle is not None:
                 handle.cancel()
             self._try_complete_join(group)
             return E.NONE
-        if member_id not in group.members:
-            return E.UNKNOWN_MEMBER_ID
+        else:
+            error = group.check_member(member_id, instance_id)
+            if error is not None:
+                return error.code
         log.info("group %r: member %s left", group.group_id, member_id)
         self.remove_member(group, member_id, f"member {member_id} left")
         return E.NONE
@@ -582,16 +563,10 @@ class Rebalancer:
         group = self.groups.get(group_id)
         if group is None:
             raise GroupError(E.UNKNOWN_MEMBER_ID, f"group {group_id!r} does not exist")
-        if group.fenced(instance_id, member_id):
-            raise GroupError(
-                E.FENCED_INSTANCE_ID,
-                f"instance id {instance_id!r} now belongs to another member of {group_id!r}",
-            )
-        member = group.members.get(member_id)
-        if member is None:
-            raise GroupError(
-                E.UNKNOWN_MEMBER_ID, f"member {member_id} is not in group {group_id!r}"
-            )
+        error = group.check_member(member_id, instance_id)
+        if error is not None:
+            raise error
+        member = group.members[member_id]
         if generation != group.generation:
             raise GroupError(
                 E.ILLEGAL_GENERATION,
@@ -637,39 +612,22 @@ class Rebalancer:
         self.remove_member(group, member.member_id, f"member {member.member_id} expired")
 
     # --- persistence and plumbing -------------------------------------------------------
-    def record(self, group: Group, assignments: dict[str, bytes] | None = None) -> GroupRecord:
-        members = tuple(
-            MemberRecord(
-                m.member_id,
-                m.instance_id,
-                m.client_id,
-                m.client_host,
-                m.session_timeout_ms,
-                m.rebalance_timeout_ms,
-                m.metadata(group.protocol_name),
-                m.assignment if assignments is None else assignments.get(m.member_id, b""),
-            )
-            for m in group.members.values()
-        )
-        return GroupRecord(
-            group.group_id,
-            group.generation,
-            group.protocol_type,
-            group.protocol_name,
-            group.leader_id,
-            group.state_ms,
-            members,
-        )
+    def store_group(
+        self, group: Group, assignments: dict[str, bytes] | None = None
+    ) -> asyncio.Future[None]:
+        """Queue the group's record now (a snapshot of this moment); the future resolves
+        once it is fsynced."""
+        raw = encode_group(group.record(assignments))
+        return self.writer.write({(GROUPS_AREA, group_key(group.group_id)): raw})
 
-    async def store_group(self, group: Group, assignments: dict[str, bytes] | None = None) -> None:
-        raw = encode_group(self.record(group, assignments))
-        await asyncio.shield(self.writer.write({(GROUPS_AREA, group_key(group.group_id)): raw}))
+    def _store_quietly(self, group: Group) -> None:
+        def done(fut: asyncio.Future[None]) -> None:
+            if not fut.cancelled() and fut.exception() is not None:
+                log.error(
+                    "group %r: persisting the group failed: %s", group.group_id, fut.exception()
+                )
 
-    async def _store_quietly(self, group: Group) -> None:
-        try:
-            await self.store_group(group)
-        except Exception as exc:
-            log.error("group %r: persisting the group failed: %s", group.group_id, exc)
+        self.store_group(group).add_done_callback(done)
 
     def _current(self, group: Group) -> bool:
         return self.groups.get(group.group_id) is group
@@ -717,4 +675,3 @@ class Rebalancer:
 
 # Answers every client expects during normal operation: not worth an INFO line each.
 _ROUTINE = frozenset({E.REBALANCE_IN_PROGRESS, E.MEMBER_ID_REQUIRED})
-Callback = Callable[[], None]

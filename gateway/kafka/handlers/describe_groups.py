@@ -8,7 +8,7 @@ from typing import Any
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 
 from ..context import RequestContext
-from ..groups import GroupErrorCode, GroupState, GroupSummary, coordinator_for
+from ..groups import GroupError, GroupErrorCode, GroupState, GroupSummary, coordinator_for
 from ..routes import Route
 
 _Group = DescribeGroupsResponse.DescribedGroup
@@ -53,13 +53,30 @@ def _described(group_id: str, s: GroupSummary | None, version: int, ops: Any) ->
     )
 
 
+def _failed(group_id: str, exc: GroupError, ops: Any) -> Any:
+    return _Group(
+        error_code=exc.code,
+        error_message=str(exc),
+        group_id=group_id,
+        group_state="",
+        protocol_type="",
+        protocol_data="",
+        members=[],
+        authorized_operations=ops,
+    )
+
+
 async def handle(ctx: RequestContext, req: Any) -> Any:
     coordinator = coordinator_for(ctx.broker)
     want_ops = ctx.version >= 3 and req.include_authorized_operations
     ops = set(GROUP_OPERATIONS) if want_ops else None
     groups = []
     for group_id in req.groups:
-        summary = await coordinator.describe(group_id)
+        try:
+            summary = await coordinator.describe(group_id)
+        except GroupError as exc:  # loading failed, or shutting down
+            groups.append(_failed(group_id, exc, ops))
+            continue
         groups.append(_described(group_id, summary, ctx.version, ops))
     return ctx.response(throttle_time_ms=0, groups=groups)
 

@@ -22,7 +22,7 @@ from ..context import RequestContext
 from ..errors import error_of
 from ..records import encode_messages
 from ..routes import Route
-from ..topics import InvalidTopicName, TopicInfo
+from ..topics import TopicInfo
 
 _TopicResp = FetchResponse.FetchableTopicResponse
 _PartResp = _TopicResp.PartitionData
@@ -34,7 +34,6 @@ MAX_MESSAGES = 50_000
 
 @dataclass(slots=True)
 class Target:
-    index: int
     info: TopicInfo | None
     partition: int
     offset: int
@@ -56,7 +55,7 @@ def _read_one(store: Any, t: Target, budget: int, committed: bool) -> PartRead:
     """Blocking: runs on the executor."""
     info = t.info
     if info is None or t.partition != 0:
-        return PartRead(t.missing)
+        return PartRead(t.missing if info is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     tid = info.id
     try:
         earliest, nxt = store.offsets(tid)
@@ -101,18 +100,13 @@ def _read_all(store: Any, targets: list[Target], max_bytes: int, committed: bool
 async def _targets(ctx: RequestContext, req: Any) -> list[tuple[Any, list[Target]]]:
     topics = ctx.broker.topics
     out = []
-    for i, ft in enumerate(req.topics):
-        missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        try:
-            if ctx.version >= 13:
-                info = await topics.by_uuid(ft.topic_id)
-                missing = ErrorCode.UNKNOWN_TOPIC_ID
-            else:
-                info = await topics.get(ft.topic)
-        except InvalidTopicName:
-            info, missing = None, ErrorCode.INVALID_TOPIC_EXCEPTION
+    for ft in req.topics:
+        if ctx.version >= 13:
+            info, missing = await topics.by_uuid(ft.topic_id), ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            info, missing = await topics.resolve(ft.topic)
         parts = [
-            Target(i, info, p.partition, p.fetch_offset, p.partition_max_bytes, missing)
+            Target(info, p.partition, p.fetch_offset, p.partition_max_bytes, missing)
             for p in ft.partitions
         ]
         out.append((ft, parts))
@@ -142,7 +136,6 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             remaining = deadline - loop.time()
             if (
                 size >= req.min_bytes
-                or (size > 0 and req.min_bytes <= 0)
                 or any(r.error for r in reads)
                 or remaining <= 0
                 or broker.closing
@@ -185,4 +178,4 @@ def _response(
     return ctx.response(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
 
 
-ROUTE = Route(ApiKey.FETCH, 4, 12, handle)
+ROUTE = Route(ApiKey.FETCH, 4, 17, handle)

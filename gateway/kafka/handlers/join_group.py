@@ -25,8 +25,13 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         protocol_type=req.protocol_type,
         protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
         session_timeout_ms=req.session_timeout_ms,
-        # v0 has no rebalance timeout: Kafka uses the session timeout.
-        rebalance_timeout_ms=req.rebalance_timeout_ms if v >= 1 else req.session_timeout_ms,
+        # v0 has no rebalance timeout: Kafka uses the session timeout (so do we for a
+        # negative one, which would otherwise end every rebalance at once).
+        rebalance_timeout_ms=(
+            req.rebalance_timeout_ms
+            if v >= 1 and req.rebalance_timeout_ms >= 0
+            else req.session_timeout_ms
+        ),
         client_id=ctx.request.client_id or "",
         client_host=client_host(ctx.peer),
         require_known_member_id=v >= 4,

@@ -8,7 +8,7 @@ from typing import Any
 from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
 
 from ..context import RequestContext
-from ..groups import GroupErrorCode, GroupState, coordinator_for
+from ..groups import GroupError, GroupErrorCode, GroupState, coordinator_for
 from ..routes import Route
 
 _Listed = ListGroupsResponse.ListedGroup
@@ -23,7 +23,10 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         if not states:
             return ctx.response(throttle_time_ms=0, error_code=GroupErrorCode.NONE, groups=[])
     types = set(req.types_filter) if ctx.version >= 5 and req.types_filter else None
-    listed = await coordinator_for(ctx.broker).list(states, types)
+    try:
+        listed = await coordinator_for(ctx.broker).list(states, types)
+    except GroupError as exc:  # loading failed, or shutting down
+        return ctx.response(throttle_time_ms=0, error_code=exc.code, groups=[])
     groups = [
         _Listed(
             group_id=g.group_id,

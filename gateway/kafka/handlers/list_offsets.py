@@ -1,20 +1,31 @@
 """ListOffsets: earliest, latest, max timestamp and offset-for-time, from the store's
-dense offsets. Time lookups use the publish time (the row key's timestamp), not the
-client's CreateTime: that is what the store indexes, and it never goes backwards."""
+dense offsets.
+
+Kafka answers a time lookup with the first record (in offset order) whose timestamp
+is >= the target. The store indexes publish time only, so the lookup starts where
+publishing reached the target (store.offset_for_time): a producer stamps a record
+before it is published, so no record before that point can have a CreateTime at or
+after the target. From there the records' own timestamps are scanned, which for
+ordinary data ends at the first record and for back-dated data (imports, replays)
+finds what Kafka would. LogAppendTime topics need no scan: the timestamp is the
+publish time.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsResponse
-from tmsgate.protocol import ApiKey, ErrorCode
+from tmsgate.protocol import ApiKey, ErrorCode, meta_timestamp
 from tmsgate.storage import StorageError
 
 from ..context import RequestContext
 from ..errors import error_of
 from ..routes import Route
-from ..topics import InvalidTopicName, TopicInfo
+from ..topics import TopicInfo
 
+log = logging.getLogger("tmsgate.kafka.list_offsets")
 _TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
 _PartResp = _TopicResp.ListOffsetsPartitionResponse
 LATEST = -1
@@ -24,12 +35,53 @@ EARLIEST_LOCAL = -4
 READ_COMMITTED = 1
 
 
-def _publish_time(store: Any, info: TopicInfo, offset: int) -> int:
+SCAN_CHUNK = 2000
+SCAN_LIMIT = 1_000_000  # records read for one lookup before settling for publish time
+
+
+def record_timestamp(msg: Any, log_append_time: bool) -> int:
+    """The timestamp a consumer sees for this message (see records._fetch_record)."""
+    ts = None if log_append_time else meta_timestamp(msg.meta)
+    return int(msg.publish_ts) if ts is None else ts
+
+
+def _timestamp_at(store: Any, info: TopicInfo, offset: int) -> int:
     res = store.read(info.id, offset=offset, max_messages=1)
     for msg in res.messages:
         if msg.offset == offset:
-            return int(msg.publish_ts)
+            return record_timestamp(msg, info.config.log_append_time)
     return -1
+
+
+def _first_at_or_after(store: Any, info: TopicInfo, target: int, end: int) -> tuple[int, int]:
+    start = store.offset_for_time(info.id, target)
+    if start >= end:
+        return -1, -1
+    if info.config.log_append_time:
+        return start, _timestamp_at(store, info, start)
+    offset, scanned = start, 0
+    while offset < end and scanned < SCAN_LIMIT:
+        res = store.read(info.id, offset=offset, max_messages=SCAN_CHUNK)
+        for msg in res.messages:
+            if msg.offset >= end:
+                return -1, -1
+            ts = record_timestamp(msg, False)
+            if ts >= target:
+                return msg.offset, ts
+        scanned += len(res.messages)
+        if res.next_offset <= offset:
+            break
+        offset = res.next_offset
+    if scanned >= SCAN_LIMIT:
+        log.warning(
+            "ListOffsets of %s at %d: gave up scanning record timestamps after %d "
+            "records; answering by publish time",
+            info.id,
+            target,
+            scanned,
+        )
+        return start, _timestamp_at(store, info, start)
+    return -1, -1
 
 
 def lookup(store: Any, info: TopicInfo, spec: int, committed: bool) -> tuple[int, int]:
@@ -40,16 +92,13 @@ def lookup(store: Any, info: TopicInfo, spec: int, committed: bool) -> tuple[int
         return end, -1
     if spec in (EARLIEST, EARLIEST_LOCAL):
         return earliest, -1
-    if spec == MAX_TIMESTAMP:
+    if spec == MAX_TIMESTAMP:  # the newest record (by publish time; see the docs)
         if end <= earliest:
             return -1, -1
-        return end - 1, _publish_time(store, info, end - 1)
+        return end - 1, _timestamp_at(store, info, end - 1)
     if spec < 0:  # tiered-storage specs (-5, -6): no remote tier, no answer
         return -1, -1
-    offset = store.offset_for_time(info.id, spec)
-    if offset >= end:
-        return -1, -1
-    return offset, _publish_time(store, info, offset)
+    return _first_at_or_after(store, info, spec, end)
 
 
 async def _partition(
@@ -57,7 +106,8 @@ async def _partition(
 ) -> Any:
     kwargs = {"partition_index": p.partition_index, "leader_epoch": -1}
     if info is None or p.partition_index != 0:
-        return _PartResp(error_code=missing, timestamp=-1, offset=-1, **kwargs)
+        code = missing if info is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return _PartResp(error_code=code, timestamp=-1, offset=-1, **kwargs)
     try:
         offset, ts = await ctx.broker.run(lookup, ctx.broker.store, info, p.timestamp, committed)
     except StorageError as exc:
@@ -70,11 +120,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     committed = ctx.version >= 2 and req.isolation_level == READ_COMMITTED
     topics = []
     for t in req.topics:
-        missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        try:
-            info = await ctx.broker.topics.get(t.name)
-        except InvalidTopicName:
-            info, missing = None, ErrorCode.INVALID_TOPIC_EXCEPTION
+        info, missing = await ctx.broker.topics.resolve(t.name)
         parts = [await _partition(ctx, info, p, committed, missing) for p in t.partitions]
         topics.append(_TopicResp(name=t.name, partitions=parts))
     return ctx.response(throttle_time_ms=0, topics=topics)

@@ -14,7 +14,7 @@ from tmsgate.protocol import ApiKey, ErrorCode
 
 from ..context import RequestContext
 from ..routes import Route
-from ..topics import InvalidTopicName, TopicInfo
+from ..topics import TopicInfo
 
 _Broker = MetadataResponse.MetadataResponseBroker
 _Topic = MetadataResponse.MetadataResponseTopic
@@ -59,13 +59,9 @@ async def _requested(ctx: RequestContext, req: Any) -> list[Any]:
             else:
                 out.append(_topic(info, node))
             continue
-        try:
-            info = await broker.topics.ensure(name, auto)
-        except InvalidTopicName:
-            out.append(_missing(name, ErrorCode.INVALID_TOPIC_EXCEPTION))
-            continue
+        info, code = await broker.topics.resolve(name, auto)
         if info is None:
-            out.append(_missing(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            out.append(_missing(name, code))
         else:
             out.append(_topic(info, node))
     return out
@@ -91,4 +87,4 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     )
 
 
-ROUTE = Route(ApiKey.METADATA, 1, 12, handle)
+ROUTE = Route(ApiKey.METADATA, 1, 13, handle)

@@ -23,7 +23,7 @@ from ..errors import error_of
 from ..producers import STATE_AREA, BatchRecord, check
 from ..records import to_entries
 from ..routes import Route
-from ..topics import InvalidTopicName, TopicInfo
+from ..topics import TopicInfo
 
 log = logging.getLogger("tmsgate.kafka.produce")
 _TopicResp = ProduceResponse.TopicProduceResponse
@@ -135,11 +135,8 @@ async def _topic(ctx: RequestContext, td: Any) -> tuple[str | None, TopicInfo | 
     if ctx.version >= 13:
         info = await ctx.broker.topics.by_uuid(td.topic_id)
         return None, info, ErrorCode.UNKNOWN_TOPIC_ID
-    try:
-        info = await ctx.broker.topics.ensure(td.name, auto_create=True)
-    except InvalidTopicName:
-        return td.name, None, ErrorCode.INVALID_TOPIC_EXCEPTION
-    return td.name, info, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    info, code = await ctx.broker.topics.resolve(td.name, auto_create=True)
+    return td.name, info, code
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
@@ -155,7 +152,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                 )
             elif info is None or pd.index != 0:
                 outcome = _fail(
-                    missing,
+                    missing if info is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     f"topic {name or td.topic_id} partition {pd.index} "
                     "does not exist (tmsgate topics have one partition, 0)",
                 )
@@ -211,4 +208,4 @@ def _log_failure(task: asyncio.Future[Outcome]) -> None:
         )
 
 
-ROUTE = Route(ApiKey.PRODUCE, 3, 12, handle)
+ROUTE = Route(ApiKey.PRODUCE, 3, 13, handle)
