@@ -58,7 +58,7 @@ def run_cleanup(store: Store) -> dict[str, int]:
 def _clean_topic(store: Store, md: TopicMetadata) -> int:
     backend = store._backend
     deleted = 0
-    for table in (keys.MESSAGE, keys.PAYLOAD, keys.OFFSET_INDEX):
+    for table in (keys.MESSAGE, keys.PAYLOAD, keys.OFFSET_INDEX, keys.REFERENCED, keys.OPEN_TX):
         whole = keys.all_generations_prefix(table, md.topic)
         if md.generation > 0:
             current = keys.data_prefix(table, md.topic, md.generation)
@@ -67,9 +67,25 @@ def _clean_topic(store: Store, md: TopicMetadata) -> int:
             ranges = [(whole, keys.prefix_end(whole))]
         for start, stop in ranges:
             deleted += _delete_keys(store, (k for k, _ in backend.scan(start, stop)))
-    if md.generation > 0 and md.ttl_ms is not None:
-        deleted += _expire(store, md)
+    if md.generation > 0:
+        deleted += _forget_finished_tx_rows(store, md)
+        if md.ttl_ms is not None:
+            deleted += _expire(store, md)
     return deleted
+
+
+def _forget_finished_tx_rows(store: Store, md: TopicMetadata) -> int:
+    """Markers of transactional rows whose transaction has ended are no longer needed."""
+    st = store._state(md.topic)
+    n = len(st.open_tx_prefix)
+    return _delete_keys(
+        store,
+        (
+            k
+            for k, _ in store._backend.scan(st.open_tx_prefix, keys.prefix_end(st.open_tx_prefix))
+            if not store.transactions.is_in_progress(keys.OPEN_TX_SUFFIX.unpack_from(k, n)[0])
+        ),
+    )
 
 
 def _expire(store: Store, md: TopicMetadata) -> int:
@@ -102,11 +118,15 @@ def _expire(store: Store, md: TopicMetadata) -> int:
             if wp is not None and not flags & (keys.F_PAYLOAD | keys.F_NULL):
                 ref = st.payload_prefix + keys.U64.pack(abs(wp))
                 yield from (k for k, _ in backend.scan(ref, keys.prefix_end(ref)))
+                yield st.referenced_prefix + keys.U64.pack(abs(wp))
             yield key
         index_stop = st.index_prefix + keys.U64.pack(first_kept)
         yield from (k for k, _ in backend.scan(st.index_prefix, index_stop))
-        invalid = store.transactions.invalid()
-        for wp in invalid:
+        # Payloads of invalid transactions that were never published are garbage once past
+        # the TTL; published ones go with their MessageTable row above.
+        for wp in store.transactions.invalid():
+            if backend.get(st.referenced_prefix + keys.U64.pack(wp)) is not None:
+                continue
             ref = st.payload_prefix + keys.U64.pack(wp)
             for k, _ in backend.scan(ref, keys.prefix_end(ref)):
                 if keys.PAYLOAD_ROW.unpack_from(k, len(ref))[0] < cutoff:

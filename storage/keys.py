@@ -21,6 +21,8 @@ from .ids import TopicId
 MESSAGE = b"M"
 PAYLOAD = b"P"
 OFFSET_INDEX = b"O"
+REFERENCED = b"R"  # R | topic | generation | wp: that wp's payloads were published
+OPEN_TX = b"W"  # W | topic | generation | wp | base offset: a transactional row to watch
 TOPIC = b"T"
 CHECKPOINT = b"C"
 TX = b"X"
@@ -31,6 +33,7 @@ MESSAGE_SUFFIX = struct.Struct(">QH")  # publish_ts, seq
 PAYLOAD_SUFFIX = struct.Struct(">QQH")  # write_pointer, write_ts, pseq
 PAYLOAD_ROW = struct.Struct(">QH")  # write_ts, pseq (after the write-pointer prefix)
 U64 = struct.Struct(">Q")
+OPEN_TX_SUFFIX = struct.Struct(">QQ")  # write_pointer, base offset
 MAX_SEQ = 0xFFFF
 
 # An offset-index entry is written for every MessageTable row that holds an offset that

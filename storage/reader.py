@@ -85,6 +85,8 @@ def read(
     zeros = bytes(10)
     for key, value in backend.scan(begin, keys.prefix_end(prefix)):
         flags, base, count = head(value)
+        if base >= next_offset:
+            break  # written, but not yet acknowledged as durable
         if flags == plain and skip_id is None and base >= skip_off:
             # The common row: a non-transactional message with only a payload.
             payload = value[13:]
@@ -123,9 +125,14 @@ def read(
             resume = end
         else:
             full = True
-            for msg in _payload_messages(backend, st, wp or 0, suffix, base, ts):
-                if msg.offset < skip_off or (
-                    skip_id is not None and (msg.id < skip_id or (skip_eq and msg.id == skip_id))
+            for msg, expired in _payload_messages(backend, st, wp or 0, suffix, base, ts, now_ms):
+                if (
+                    expired
+                    or msg.offset < skip_off
+                    or (
+                        skip_id is not None
+                        and (msg.id < skip_id or (skip_eq and msg.id == skip_id))
+                    )
                 ):
                     resume = msg.offset + 1
                     continue
@@ -158,15 +165,22 @@ def first_offset_at(backend: Backend, st: TopicState, key: bytes, default: int) 
 
 
 def _payload_messages(
-    backend: Backend, st: TopicState, wp: int, row_suffix: bytes, base: int, publish_ts: int
-) -> Iterator[Message]:
-    """The messages a PayloadTable reference row stands for, with offsets base, base+1, ..."""
+    backend: Backend,
+    st: TopicState,
+    wp: int,
+    row_suffix: bytes,
+    base: int,
+    publish_ts: int,
+    now_ms: int,
+) -> Iterator[tuple[Message, bool]]:
+    """The messages a PayloadTable reference row stands for, with offsets base, base+1, ...,
+    each with whether its own (shorter) TTL has run out since it was published."""
     prefix = st.payload_prefix + keys.U64.pack(abs(wp))
     plen = len(prefix)
     offset = base
     for key, value in backend.scan(prefix, keys.prefix_end(prefix)):
-        _, _, _, _, _, meta, payload = keys.decode_row(value)
-        yield Message(
-            MessageId.trusted(row_suffix + key[plen:]), payload, offset, publish_ts, wp, meta
-        )
+        _, _, _, _, ttl, meta, payload = keys.decode_row(value)
+        expired = ttl is not None and publish_ts + ttl < now_ms
+        mid = MessageId.trusted(row_suffix + key[plen:])
+        yield Message(mid, payload, offset, publish_ts, wp, meta), expired
         offset += 1

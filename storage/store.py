@@ -43,7 +43,7 @@ from .topics import (
     new_metadata,
     validate_properties,
 )
-from .transactions import TX_PER_MS, Transaction, TransactionManager
+from .transactions import Transaction, TransactionManager
 from .writer import Batch, Writer
 
 log = logging.getLogger(__name__)
@@ -243,8 +243,7 @@ class Store:
         rollback = None
         if wp is not None:
             rollback = RollbackDetail(wp, f_ts, f_seq, ts, seq)
-            with st.lock:
-                st.open_tx_rows.append(OpenTxRow(base, wp))
+            self._watch_tx_row(batch, st, wp, base)
         batch.after.append(lambda: self._made_visible(st, off))
         return PublishResult(
             base,
@@ -255,10 +254,20 @@ class Store:
             rollback,
         )
 
-    def _append_reference(self, batch: Batch, st: TopicState, wp: int) -> PublishResult:
-        if wp in st.published_refs:
+    def _watch_tx_row(self, batch: Batch, st: TopicState, wp: int, base: int) -> None:
+        batch.mutations.append((st.open_tx_prefix + keys.OPEN_TX_SUFFIX.pack(wp, base), b""))
+        with st.lock:
+            st.open_tx_rows.append(OpenTxRow(base, wp))
+
+    def _check_unreferenced(self, st: TopicState, wp: int) -> None:
+        marker = self._backend.get(st.referenced_prefix + _U64.pack(wp))
+        if wp in st.published_refs or marker is not None:
+            st.published_refs.add(wp)
             raise InvalidTransaction(f"payloads of write pointer {wp} were already published")
-        count = self._stored_count(st, wp)
+
+    def _append_reference(self, batch: Batch, st: TopicState, wp: int) -> PublishResult:
+        self._check_unreferenced(st, wp)
+        count = self._stored(st, wp)[0]
         if count == 0:
             return PublishResult(st.next_offset, 0, None, None, 0, None)
         ts, seq = self._allocate(st, 1)
@@ -275,11 +284,11 @@ class Store:
             or base // keys.INDEX_INTERVAL != (base + count - 1) // keys.INDEX_INTERVAL
         ):
             batch.mutations.append((st.index_prefix + _U64.pack(base), suffix))
+        batch.mutations.append((st.referenced_prefix + _U64.pack(wp), b""))
         st.last_ts, st.last_seq, st.next_offset = ts, seq, base + count
         st.published_refs.add(wp)
-        st.stored_counts.pop(wp, None)
-        with st.lock:
-            st.open_tx_rows.append(OpenTxRow(base, wp))
+        st.stored.pop(wp, None)
+        self._watch_tx_row(batch, st, wp, base)
         end = base + count
         batch.after.append(lambda: self._made_visible(st, end))
         mid = MessageId(suffix + bytes(10))
@@ -301,12 +310,12 @@ class Store:
             st = self._state(topic)
             if not self.transactions.is_in_progress(wp):
                 raise TransactionNotInProgress(wp)
-            if wp in st.published_refs:
-                raise InvalidTransaction(f"payloads of write pointer {wp} were already published")
-            stored = self._stored_count(st, wp)
-            ts, seq = max(self._clock(), st.last_payload_ts), st.last_payload_seq
-            if ts > st.last_payload_ts:
-                seq = -1
+            self._check_unreferenced(st, wp)
+            stored = self._stored(st, wp)
+            count, ts, seq = stored
+            now = self._clock()
+            if now > ts:  # per write pointer, write times never go back: keys stay unique
+                ts, seq = now, -1
             prefix = st.payload_prefix + _U64.pack(wp)
             for item in entries:
                 seq += 1
@@ -317,18 +326,21 @@ class Store:
                 else:
                     value = keys.encode_row(0, 0, item.payload, None, item.meta, item.ttl_ms)  # type: ignore[union-attr]
                 batch.mutations.append((prefix + keys.PAYLOAD_ROW.pack(ts, seq), value))
-            st.last_payload_ts, st.last_payload_seq = ts, seq
-            st.stored_counts[wp] = stored + len(entries)
+            stored[:] = [count + len(entries), ts, seq]
 
         return self._writer.submit(op)
 
-    def _stored_count(self, st: TopicState, wp: int) -> int:
-        count = st.stored_counts.get(wp)
-        if count is None:
+    def _stored(self, st: TopicState, wp: int) -> list[int]:
+        """[rows, last write_ts, last pseq] of a write pointer's PayloadTable rows."""
+        stored = st.stored.get(wp)
+        if stored is None:
             prefix = st.payload_prefix + _U64.pack(wp)
-            count = sum(1 for _ in self._backend.scan(prefix, keys.prefix_end(prefix)))
-            st.stored_counts[wp] = count
-        return count
+            count, last = 0, (0, -1)
+            for key, _ in self._backend.scan(prefix, keys.prefix_end(prefix)):
+                count += 1
+                last = keys.PAYLOAD_ROW.unpack_from(key, len(prefix))
+            stored = st.stored[wp] = [count, *last]
+        return stored
 
     def rollback(self, topic: TopicId, detail: RollbackDetail) -> int:
         """Negate the t column of the rows a transactional publish wrote; -> rows changed."""
@@ -351,6 +363,9 @@ class Store:
                     for r in st.open_tx_rows
                     if not (r.write_pointer == detail.write_pointer and r.base_offset in bases)
                 ]
+            for base in bases:
+                marker = keys.OPEN_TX_SUFFIX.pack(detail.write_pointer, base)
+                batch.mutations.append((st.open_tx_prefix + marker, None))
             batch.after.append(lambda: self._notify(topic, st.visible_offset))
             return changed
 
@@ -546,9 +561,7 @@ class Store:
             st = self._states.get(topic)
             if st is None:
                 md = self._require(topic)
-                in_progress = self.transactions.in_progress()
-                floor = min(in_progress) // TX_PER_MS - 60_000 if in_progress else None
-                st = load_state(self._backend, md, floor)
+                st = load_state(self._backend, md, self.transactions.is_in_progress)
                 self._states[topic] = st
             return st
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import keys
@@ -22,7 +23,7 @@ def validate_properties(props: dict[str, str] | None) -> dict[str, str]:
         out[key] = str(value)
     if "ttl" in out:
         raw = out["ttl"].strip()
-        if not raw.isdigit():
+        if not (raw.isascii() and raw.isdigit()):
             raise InvalidTopicProperties(
                 f"ttl must be a whole number of seconds >= 0, got {out['ttl']!r}"
             )
@@ -77,13 +78,14 @@ class TopicState:
     msg_prefix: bytes
     payload_prefix: bytes
     index_prefix: bytes
+    referenced_prefix: bytes
+    open_tx_prefix: bytes
     next_offset: int = 0  # the writer's: includes rows not yet durable
     visible_offset: int = 0  # readers': advanced once the rows are on disk
     last_ts: int = 0
     last_seq: int = -1
-    last_payload_ts: int = 0
-    last_payload_seq: int = -1
-    stored_counts: dict[int, int] = field(default_factory=dict)  # wp -> PayloadTable rows
+    # wp -> [PayloadTable rows, last write_ts, last pseq]: loaded from disk on first use
+    stored: dict[int, list[int]] = field(default_factory=dict)
     published_refs: set[int] = field(default_factory=set)  # wps already made visible
     open_tx_rows: list[OpenTxRow] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -97,7 +99,9 @@ class TopicState:
         return self.metadata.ttl_ms
 
 
-def load_state(backend: Backend, md: TopicMetadata, tx_floor_ms: int | None) -> TopicState:
+def load_state(
+    backend: Backend, md: TopicMetadata, in_progress: Callable[[int], bool]
+) -> TopicState:
     """Rebuild a topic's writer state from its last row (and the janitor's checkpoint)."""
     t, gen = md.topic, md.generation
     st = TopicState(
@@ -105,6 +109,8 @@ def load_state(backend: Backend, md: TopicMetadata, tx_floor_ms: int | None) -> 
         msg_prefix=keys.data_prefix(keys.MESSAGE, t, gen),
         payload_prefix=keys.data_prefix(keys.PAYLOAD, t, gen),
         index_prefix=keys.data_prefix(keys.OFFSET_INDEX, t, gen),
+        referenced_prefix=keys.data_prefix(keys.REFERENCED, t, gen),
+        open_tx_prefix=keys.data_prefix(keys.OPEN_TX, t, gen),
     )
     raw = backend.get(keys.checkpoint_key(t))
     if raw:
@@ -120,17 +126,12 @@ def load_state(backend: Backend, md: TopicMetadata, tx_floor_ms: int | None) -> 
             st.last_ts, st.last_seq = ts, seq
         st.next_offset = max(st.next_offset, base + count)
         break
-    for key, _ in backend.scan(st.payload_prefix, keys.prefix_end(st.payload_prefix), reverse=True):
-        _, wts, pseq = keys.PAYLOAD_SUFFIX.unpack_from(key, plen)
-        st.last_payload_ts, st.last_payload_seq = wts, pseq
-        break
-    if tx_floor_ms is not None:
-        # Rows of transactions still in progress bound the last stable offset. A row is
-        # published after its transaction started, so scanning from that time finds them.
-        start = st.msg_prefix + keys.MESSAGE_SUFFIX.pack(max(tx_floor_ms, 0), 0)
-        for _, value in backend.scan(start, keys.prefix_end(st.msg_prefix)):
-            _, base, _, wp, *_ = keys.decode_row(value)
-            if wp is not None and wp > 0:
-                st.open_tx_rows.append(OpenTxRow(base, wp))
+    # Transactional rows whose transaction may still be in progress bound the last
+    # stable offset; each has a marker, so finding them needs no clock assumptions.
+    olen = len(st.open_tx_prefix)
+    for key, _ in backend.scan(st.open_tx_prefix, keys.prefix_end(st.open_tx_prefix)):
+        wp, base = keys.OPEN_TX_SUFFIX.unpack_from(key, olen)
+        if in_progress(wp):
+            st.open_tx_rows.append(OpenTxRow(base, wp))
     st.visible_offset = st.next_offset
     return st

@@ -126,9 +126,10 @@ class TransactionManager:
         self._finished(wp)
 
     def invalidate(self, write_pointer: int) -> bool:
-        """Move a transaction to the invalid list; False if it already was invalid."""
+        """Move an in-progress transaction to the invalid list; False (and nothing changes)
+        if it is not in progress, as in Tephra: a committed transaction stays committed."""
         with self._lock:
-            if write_pointer in self._invalid:
+            if write_pointer not in self._in_progress:
                 return False
             done = self._invalidate_locked(write_pointer)
         done.result()
