@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -116,3 +117,9 @@ def sleep_past_ms_boundary(pause_s: float = 0.05) -> int:
     ts = int(time.time() * 1000)
     time.sleep(pause_s)
     return ts
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -35,17 +35,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compat_helpers import ADMIN_TIMEOUT_S, IN_CI, unavailable
+from compat_helpers import ADMIN_TIMEOUT_S, IN_CI, free_port, unavailable
 
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -66,13 +60,14 @@ class Gateway:
 
     external = False
 
-    def __init__(self, workdir: Path, port: int | None = None):
+    def __init__(self, workdir: Path, port: int | None = None, extra_args: list[str] | None = None):
         self.workdir = workdir
         self.store_dir = workdir / "store"
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / "gateway.log"
         self.host = "127.0.0.1"
-        self.port = port or _free_port()
+        self.port = port or free_port()
+        self.extra_args = list(extra_args or [])
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self.exit_codes: list[int | None] = []
@@ -96,7 +91,7 @@ class Gateway:
             self.bootstrap,
         ]
         cmd += shlex.split(os.environ.get("TMSGATE_COMPAT_GATEWAY_ARGS", ""))
-        return cmd
+        return cmd + self.extra_args
 
     def log_tail(self, max_lines: int = 60, start: int = 0) -> str:
         try:
@@ -279,6 +274,29 @@ def gateway():
 
 
 @pytest.fixture
+def private_gateway(tmp_path, request):
+    """Factory for a second gateway owned by one test: private_gateway(port=..., extra_args=[..]).
+
+    For fault-injection tests that need their own listener/advertised address. Stopped at the
+    end of the test. Skipped when the suite runs against an external broker.
+    """
+    if os.environ.get("TMSGATE_COMPAT_BOOTSTRAP"):
+        pytest.skip("needs a gateway started by the suite (TMSGATE_COMPAT_BOOTSTRAP is set)")
+    started: list[Gateway] = []
+    request.node._tmsgate_private = started
+
+    def make(port: int | None = None, extra_args: list[str] | None = None) -> Gateway:
+        gw = Gateway(tmp_path / f"gw{len(started)}", port=port, extra_args=extra_args)
+        started.append(gw)
+        gw.start()
+        return gw
+
+    yield make
+    for gw in started:
+        gw.stop()
+
+
+@pytest.fixture
 def tmsgate_only(gateway):
     """Skip specs that only hold for tmsgate when running against an external broker."""
     if gateway.external:
@@ -430,7 +448,9 @@ def _gateway_log_marker(request):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
-    if rep.failed and _GATEWAY is not None and not _GATEWAY.external:
+    if not rep.failed:
+        return
+    if _GATEWAY is not None and not _GATEWAY.external:
         start = getattr(item, "_tmsgate_log_start", 0)
         alive = "running" if _GATEWAY.alive() else f"NOT RUNNING (exit codes {_GATEWAY.exit_codes})"
         rep.sections.append(
@@ -439,6 +459,8 @@ def pytest_runtest_makereport(item, call):
                 _GATEWAY.log_tail(120, start),
             )
         )
+    for i, gw in enumerate(getattr(item, "_tmsgate_private", [])):
+        rep.sections.append((f"private tmsgate gateway #{i} log", gw.log_tail(120)))
 
 
 def pytest_report_header(config):

@@ -83,7 +83,9 @@ class FrameProxy:
                 self._socks += [client, server]
             inflight: dict[int, tuple[int, int]] = {}
             threading.Thread(target=self._up, args=(client, server, inflight), daemon=True).start()
-            threading.Thread(target=self._down, args=(server, client, inflight), daemon=True).start()
+            threading.Thread(
+                target=self._down, args=(server, client, inflight), daemon=True
+            ).start()
 
     @staticmethod
     def _close(*socks: socket.socket) -> None:
@@ -116,7 +118,7 @@ class FrameProxy:
             if key == 0:
                 try:
                     decoded = decode_produce_response(frame, ver)
-                except Exception as exc:  # noqa: BLE001 - reporting only
+                except Exception as exc:
                     decoded = [("<undecodable>", -1, -1, -1)]
                     decoded.append((repr(exc), -1, -1, -1))
                 with self._lock:
@@ -133,6 +135,12 @@ class FrameProxy:
             except OSError:
                 break
         self._close(client, server)
+
+    def cut_all(self) -> None:
+        """Drop every open connection (clients see a broken socket and reconnect)."""
+        with self._lock:
+            socks, self._socks = self._socks, []
+        self._close(*socks)
 
     def close(self) -> None:
         self._closed = True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 import time
+from types import SimpleNamespace
 
 import pytest
 from compat_helpers import (
@@ -19,10 +20,12 @@ from compat_helpers import (
     Rec,
     assert_dense_offsets,
     assert_same_records,
+    free_port,
     make_records,
     sleep_past_ms_boundary,
     wait_until,
 )
+from frame_proxy import FrameProxy
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import errors as Errors
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
@@ -315,6 +318,110 @@ def test_consumer_lives_through_restart(gateway, topic):
         c.close()
     assert_dense_offsets([r.offset for r in got], 0, 100)
     assert_same_records(as_recs(got), first + second)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_restart_under_load(gateway, topic, how):
+    """Restart (clean or crash) while an idempotent producer has batches in flight: every record
+    is acked, none is lost or written twice, order and dense offsets hold, and each acked offset
+    points at its record. (A retried batch acked with offset -1 -- DUPLICATE_SEQUENCE_NUMBER --
+    is a separate defect pinned down by test_idempotent_retry_gets_original_offset; here such
+    acks are only counted.)"""
+    n = 20_000
+    p = producer(
+        gateway,
+        "lz4",
+        linger_ms=2,
+        batch_size=2048,
+        request_timeout_ms=5_000,
+        delivery_timeout_ms=60_000,
+    )
+    futures = []
+    try:
+        for i in range(n):
+            futures.append(p.send(topic, key=str(i).encode(), value=b"load-%d" % i))
+            if i % 100 == 0:
+                time.sleep(0.005)
+            if i == n // 4:
+                gateway.restart() if how == "sigterm" else gateway.crash_restart()
+        p.flush(timeout=60)
+        acked = []
+        for f in futures:
+            acked.append(f.get(timeout=PRODUCE_TIMEOUT_S).offset)
+    finally:
+        p.close(timeout=10)
+    got = consume(gateway, topic, n)
+    keys = [int(r.key) for r in got]
+    assert len(set(keys)) == len(keys), f"{len(keys) - len(set(keys))} records written twice"
+    assert keys == list(range(n)), "records lost or out of order"
+    assert_dense_offsets([r.offset for r in got], 0, n)
+    wrong = [(i, o) for i, o in enumerate(acked) if o != -1 and o != i]
+    assert not wrong, (
+        f"acked offsets that do not point at their record (index, offset): {wrong[:5]}"
+    )
+
+
+@pytest.mark.parametrize("between", ["reconnect", "restart", "crash-restart"])
+def test_idempotent_retry_gets_original_offset(private_gateway, between):
+    """A batch the broker wrote but whose response was lost is retried by the idempotent
+    producer -- on a new connection, or after a broker restart (SIGTERM or SIGKILL). Kafka keeps
+    the last 5 batches per producer with their offsets and rebuilds them from the log on
+    restart, so it answers the duplicate with error NONE and the ORIGINAL base offset: the record
+    is not written twice and the client learns its real offset. (Kafka answers
+    DUPLICATE_SEQUENCE_NUMBER -- which clients turn into offset -1 -- only for a duplicate older
+    than the retained batches.) Checked against Apache Kafka 4.1 for the SIGTERM case."""
+    gw_port = free_port()
+    proxy = FrameProxy("127.0.0.1", gw_port)
+    try:
+        via_proxy = f"127.0.0.1:{proxy.port}"
+        gw = private_gateway(port=gw_port, extra_args=["--kafka-advertised", via_proxy])
+        proxied = SimpleNamespace(bootstrap=via_proxy)
+        topic = "retry-after-restart"
+        admin = admin_client(proxied)
+        try:
+            admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
+        finally:
+            admin.close()
+        p = producer(
+            proxied,
+            enable_idempotence=True,
+            linger_ms=0,
+            request_timeout_ms=5_000,
+            delivery_timeout_ms=30_000,
+        )
+        try:
+            assert_dense_offsets(send_all(p, topic, make_records(5, "warm")), 0, 5)
+            proxy.swallow_next_produce = True
+            fut = p.send(topic, key=b"retry-me", value=b"written once")
+            assert proxy.swallowed.wait(15), "the produce request never got a response to swallow"
+            ((_, _, err, base),) = proxy.swallowed_response
+            assert (err, base) == (0, 5), f"swallowed response: {proxy.swallowed_response}"
+            if between == "reconnect":
+                proxy.cut_all()
+            elif between == "restart":
+                gw.restart()
+            else:
+                gw.crash_restart()
+            meta = fut.get(timeout=PRODUCE_TIMEOUT_S)
+        finally:
+            p.close(timeout=10)
+        # the data side first: written exactly once, at offset 5
+        got = consume(proxied, topic, 6)
+        assert [r.value for r in got][-1] == b"written once"
+        c = consumer(proxied)
+        tp = TopicPartition(topic, 0)
+        try:
+            assert c.end_offsets([tp], timeout_ms=10_000) == {tp: 6}, "the retry was written twice"
+        finally:
+            c.close()
+        # then what the client was told
+        assert meta.offset == 5, (
+            f"retried batch acked with offset {meta.offset}, expected its original offset 5; "
+            f"Produce response to the retry (topic, partition, error, base_offset): "
+            f"{proxy.produce_responses[-1]}"
+        )
+    finally:
+        proxy.close()
 
 
 @pytest.mark.parametrize("acks", [0, 1])

@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 Item = bytes | Entry
 TxArg = Transaction | int | None
 StateUpdates = Mapping[tuple[str, str], bytes | None]
+# State may depend on where the messages landed: a callable gets the PublishResult.
+StateArg = StateUpdates | Callable[[PublishResult], StateUpdates] | None
 Listener = Callable[[TopicId, int], None]
 
 _ROW_HEAD = keys.ROW_HEAD
@@ -168,7 +170,7 @@ class Store:
         topic: TopicId,
         items: Sequence[Item],
         tx: TxArg = None,
-        state: StateUpdates | None = None,
+        state: StateArg = None,
     ) -> PublishResult:
         return self.publish_async(topic, items, tx, state).result()
 
@@ -177,18 +179,19 @@ class Store:
         topic: TopicId,
         items: Sequence[Item],
         tx: TxArg = None,
-        state: StateUpdates | None = None,
+        state: StateArg = None,
     ) -> Future[PublishResult]:
         """Append messages to the MessageTable (with the t column when ``tx`` is given).
 
         With ``tx`` and no items, makes everything stored for the transaction in the
         PayloadTable visible, in place, at this moment. ``state`` updates are written in the
-        same atomic batch (the gateway keeps idempotent-producer state there)."""
+        same atomic batch (the gateway keeps idempotent-producer state there); a callable
+        ``state(result)`` runs once offsets are assigned, inside the same batch."""
         wp = _write_pointer(tx)
         if not items and wp is None:
             raise StorageError("nothing to publish: no messages and no transaction")
         entries = list(items)
-        state_mutations = _state_mutations(state)
+        state_mutations = None if callable(state) else _state_mutations(state)
 
         def op(batch: Batch) -> PublishResult:
             st = self._state(topic)
@@ -198,7 +201,15 @@ class Store:
                 result = self._append(batch, st, entries, wp)
             else:
                 result = self._append_reference(batch, st, wp)  # type: ignore[arg-type]
-            batch.mutations.extend(state_mutations)
+            if state_mutations is None:
+                try:
+                    updates = _state_mutations(state(result))  # type: ignore[operator]
+                except Exception:
+                    self._reload()  # the append above moved offsets for rows now dropped
+                    raise
+                batch.mutations.extend(updates)
+            else:
+                batch.mutations.extend(state_mutations)
             return result
 
         return self._writer.submit(op)

@@ -230,8 +230,8 @@ def test_invalid_ttl_is_rejected(ttl: str) -> None:
 
 @pytest.mark.parametrize("ttl", ["\u00b2", "\u2460"])
 def test_unicode_digit_ttl_is_rejected_as_invalid_property(ttl: str) -> None:
-    """BUG storage/topics.py:23-28: ``str.isdigit()`` accepts '²' and '①', then ``int()``
-    raises a bare ValueError instead of InvalidTopicProperties (a 500 instead of a 400)."""
+    """Regression (storage/topics.py:25): ``str.isdigit()`` accepts '²' and '①', and ``int()``
+    then raised a bare ValueError instead of InvalidTopicProperties (a 500, not a 400)."""
     with pytest.raises(InvalidTopicProperties):
         validate_properties({"ttl": ttl})
 

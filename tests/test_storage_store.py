@@ -361,8 +361,8 @@ def test_per_message_ttl_cannot_extend_topic_ttl(store: Store, clock) -> None:
 
 
 def test_per_message_ttl_of_payload_table_entries(store: Store, topic: TopicId, clock) -> None:
-    """BUG storage/reader.py:188-196 (_payload_messages) ignores the ttl_ms column of
-    PayloadTable rows, which store() does write (store.py:296): a message stored with
+    """BUG storage/reader.py:160-172 (_payload_messages) ignores the ttl_ms column of
+    PayloadTable rows, which store() does write (store.py:318): a message stored with
     Entry(ttl_ms=10) and published by reference never expires."""
     tx = store.transactions.start(timeout_s=LONG)
     store.store(topic, [Entry(b"short", ttl_ms=10), b"plain"], tx)
@@ -746,9 +746,9 @@ def test_concurrent_publishers_share_one_order(open_test_store) -> None:
 
 
 def test_read_stays_within_visible_offsets(store: Store, topic: TopicId) -> None:
-    """BUG storage/store.py:341-368 + reader.py:84: read() takes ``nxt`` from
+    """BUG storage/store.py:374 + reader.py:86: read() takes ``nxt`` from
     st.visible_offset but scans the backend unbounded. Rows of a batch are in LevelDB before
-    the writer's post-commit actions advance visible_offset (writer.py:128-133), so a read in
+    the writer's post-commit actions advance visible_offset (writer.py:118 vs 129-133), so a read in
     that window returns offsets >= next and a next_offset beyond it; continuing from that
     next_offset raises OffsetOutOfRange. Reproduced deterministically: two publishes share
     one batch, and a listener (it runs on the writer thread between the two
@@ -881,8 +881,8 @@ def test_store_closed(store: Store, topic: TopicId) -> None:
 def test_reference_published_twice_across_reopen(
     store: Store, topic: TopicId, open_test_store
 ) -> None:
-    """BUG storage/topics.py:92 + storage/store.py:232: ``published_refs`` lives only in
-    memory. After a reopen, publish(t, [], tx=wp) for an in-progress wp whose payloads were
+    """BUG storage/topics.py:87 + storage/store.py:259: ``published_refs`` lives only in
+    memory (load_state never rebuilds it). After a reopen, publish(t, [], tx=wp) for an in-progress wp whose payloads were
     already published is accepted again and adds a second reference row: every stored
     payload is delivered twice, under new offsets."""
     tx = store.transactions.start(timeout_s=LONG)
@@ -898,9 +898,9 @@ def test_reference_published_twice_across_reopen(
 def test_store_after_reference_across_reopen_keeps_offsets_unique(
     store: Store, topic: TopicId, open_test_store
 ) -> None:
-    """BUG storage/store.py:277 (store_async): after a reopen ``published_refs`` is empty, so
+    """BUG storage/store.py:304 (store_async): after a reopen ``published_refs`` is empty, so
     store() adds PayloadTable rows to a write pointer whose reference row (count=1) is
-    already in the MessageTable. The reader (reader.py:188) then yields every payload row of
+    already in the MessageTable. The reader (reader.py:167-172) then yields every payload row of
     the write pointer, so the late payload appears inside the old reference row with an
     offset that the next row also has: two messages with offset 1."""
     tx = store.transactions.start(timeout_s=LONG)
@@ -919,7 +919,7 @@ def test_store_after_reference_across_reopen_keeps_offsets_unique(
 def test_stored_payloads_are_not_overwritten_after_reopen(
     store: Store, topic: TopicId, open_test_store
 ) -> None:
-    """BUG storage/topics.py:124-127 (load_state): last_payload_ts/seq is taken from the
+    """BUG storage/topics.py:123-126 (load_state): last_payload_ts/seq is taken from the
     *last key* of the PayloadTable, i.e. the highest write pointer, not the latest write.
     With two open transactions storing in the same millisecond, a reopen resumes the
     sequence too low and the next store() of the older transaction reuses a key, silently
@@ -942,7 +942,7 @@ def test_stored_payloads_are_not_overwritten_after_reopen(
 def test_last_stable_offset_after_reopen_when_the_clock_went_back(
     store: Store, topic: TopicId, open_test_store, clock
 ) -> None:
-    """BUG storage/store.py:553-555 + topics.py:128-135: after a reopen, rows of in-progress
+    """BUG storage/store.py:550 + topics.py:127-134: after a reopen, rows of in-progress
     transactions are searched from (oldest write pointer's time - 60 s). Write pointers
     never go back (max(last+1, now*1e6)) but publish times follow the topic's clock, so after
     the clock stepped back more than 60 s an in-progress row is older than that floor and
@@ -960,7 +960,7 @@ def test_last_stable_offset_after_reopen_when_the_clock_went_back(
 
 
 def test_invalidate_does_not_hide_committed_messages(store: Store, topic: TopicId) -> None:
-    """BUG storage/transactions.py:122-129: invalidate() puts any write pointer on the
+    """BUG storage/transactions.py:128-136: invalidate() puts any write pointer on the
     invalid list, committed ones included (and returns True). Tephra's invalidate refuses
     committed transactions ("to prevent from invalidating committed transactions"); here a
     committed, already consumed message disappears for every later transactional reader."""
@@ -974,9 +974,9 @@ def test_invalidate_does_not_hide_committed_messages(store: Store, topic: TopicI
 
 
 def test_cleanup_never_changes_what_a_read_returns(store: Store, clock) -> None:
-    """BUG storage/janitor.py:107-111 (_expire): PayloadTable rows of invalid transactions
+    """BUG storage/janitor.py:108-113 (_expire): PayloadTable rows of invalid transactions
     are deleted by their *write* time, while the reader applies the TTL to the MessageTable
-    row's publish time (reader.py:78-97) and shows them to non-transactional readers. A
+    row's publish time (reader.py:74-75) and shows them to non-transactional readers. A
     reference row inside the TTL loses its payloads: before the cleanup pass a read returns
     offsets 0-3, after it (same clock) offsets 1-2 are gone while offsets() still says
     (0, 4) - the dense range has a hole and the non-transactional read is not repeatable."""

@@ -8,11 +8,11 @@ and a sequence above 0).
 
 The state is persisted through publish_async(state=...), in the same atomic batch
 as the records, so a crash can never keep the data but lose the sequence (which
-would let a retry write it twice). The store assigns the base offset inside that
-batch, so the persisted copy of the batch being written has no offset yet (-1); it
-is filled in when the next batch is written. A duplicate that only the persisted
-state knows without an offset is answered DUPLICATE_SEQUENCE_NUMBER, which Kafka
-clients treat as success, as Kafka does once it has no metadata for the batch.
+would let a retry write it twice). The state is a callable the store runs once it
+has assigned the base offset, so the persisted copy of every batch has its real
+offset and a retry after a restart is answered with its original offsets. Those
+callables run on the store's writer thread, in submission order; the persisted view
+they build (``_persisted``) is touched only there.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tmsgate.protocol import ErrorCode, ProducedBatch
+from tmsgate.storage import PublishResult
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -130,6 +132,7 @@ class ProducerStates:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._entries: OrderedDict[str, ProducerEntry] = OrderedDict()
+        self._persisted: dict[str, ProducerEntry] = {}  # writer thread only
         self._ids_lock = asyncio.Lock()
         self._next_id = 0
         self._id_limit = 0
@@ -164,15 +167,36 @@ class ProducerStates:
         self._evict()
         return entry
 
-    def record(self, entry: ProducerEntry, batch: ProducedBatch) -> tuple[BatchRecord, bytes]:
-        """Accept the batch into the state; -> its record and the bytes to persist."""
+    def record(
+        self, key: str, entry: ProducerEntry, batch: ProducedBatch
+    ) -> tuple[BatchRecord, Callable[[PublishResult], dict[tuple[str, str], bytes | None]]]:
+        """Accept the batch into the state; -> its record and the store's state callable."""
         if batch.producer_epoch != entry.epoch:
             entry.epoch = batch.producer_epoch
             entry.batches.clear()
         loop = asyncio.get_running_loop()
         rec = BatchRecord(batch.base_sequence, batch.last_sequence, done=loop.create_future())
         entry.batches.append(rec)
-        return rec, encode_entry(entry)
+        epoch = entry.epoch
+        # What was durable before this batch, as seen now (for the first write of a key).
+        before = [
+            BatchRecord(b.first_seq, b.last_seq, b.base_offset, b.log_append_time)
+            for b in list(entry.batches)[:-1]
+        ]
+        first, last = rec.first_seq, rec.last_seq
+
+        def persist(result: PublishResult) -> dict[tuple[str, str], bytes | None]:
+            view = self._persisted.get(key)
+            if view is None or view.epoch != epoch:
+                view = ProducerEntry(epoch)
+                view.batches.extend(before if entry.epoch == epoch else [])
+                self._persisted[key] = view
+            view.batches.append(BatchRecord(first, last, result.base_offset, result.publish_ts))
+            if len(self._persisted) > MAX_CACHED:
+                self._persisted.pop(next(iter(self._persisted)))
+            return {(STATE_AREA, key): encode_entry(view)}
+
+        return rec, persist
 
     @staticmethod
     def completed(rec: BatchRecord, base_offset: int, log_append_time: int) -> None:
@@ -185,6 +209,7 @@ class ProducerStates:
         # The write did not happen; forget the in-memory state so the next request
         # reloads what is durable (which does not include this batch).
         self._entries.pop(key, None)
+        self._persisted.pop(key, None)
         if rec.done is not None and not rec.done.done():
             rec.done.set_exception(exc)
             rec.done.exception()  # mark retrieved: nobody may be waiting on it

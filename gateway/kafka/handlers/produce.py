@@ -20,7 +20,7 @@ from tmsgate.storage import TopicNotFound
 
 from ..context import CloseConnection, RequestContext
 from ..errors import error_of
-from ..producers import STATE_AREA, BatchRecord, check
+from ..producers import BatchRecord, check
 from ..records import to_entries
 from ..routes import Route
 from ..topics import TopicInfo
@@ -50,8 +50,8 @@ async def _duplicate(rec: BatchRecord, log_append: bool) -> Outcome:
             code, message = error_of(exc, "produce (duplicate of a failed batch)")
             return _fail(code, message)
     if rec.base_offset < 0:
-        # Known only from the persisted state, whose offset was not yet known when it
-        # was written: Kafka answers the same when it lacks a batch's metadata.
+        # Persisted state from an older version that did not record offsets: Kafka
+        # answers the same when it lacks a batch's metadata.
         return _fail(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "batch was already written")
     return Outcome(ErrorCode.NONE, rec.base_offset, rec.log_append_time if log_append else -1)
 
@@ -93,8 +93,7 @@ async def _prepare(ctx: RequestContext, info: TopicInfo, raw: Any) -> Outcome | 
             return asyncio.ensure_future(_duplicate(verdict.duplicate, log_append))
         if verdict.error:
             return _fail(verdict.error, verdict.message or verdict.error.name)
-        rec, encoded = broker.producers.record(entry, batch)
-        state = {(STATE_AREA, key): encoded}
+        rec, state = broker.producers.record(key, entry, batch)
     try:
         fut = broker.store.publish_async(info.id, entries, tx=wp, state=state)
     except Exception as exc:
