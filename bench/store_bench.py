@@ -19,7 +19,6 @@ import threading
 import time
 
 import plyvel
-
 from tmsgate.storage import TopicId, open_store
 
 T = TopicId("bench", "events")

@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from tmsgate.gateway import inspect_cli
+
 DEFAULT_STORE = "leveldb://./data"
 DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
 log = logging.getLogger("tmsgate")
@@ -100,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env("TMSGATE_LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING, ... (env TMSGATE_LOG_LEVEL)",
     )
+    inspect_cli.add_commands(sub)
     return parser
 
 
@@ -159,13 +162,13 @@ def serve_command(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=str(args.log_level).upper(),
+        level=str(getattr(args, "log_level", "WARNING")).upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     if args.command == "serve":
         return serve_command(args)
-    return 2
+    return inspect_cli.run(args)
 
 
 if __name__ == "__main__":
