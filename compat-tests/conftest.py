@@ -18,6 +18,7 @@ Environment:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shlex
@@ -53,6 +54,18 @@ def _port_open(host: str, port: int) -> bool:
 def _tmsgate_script() -> Path:
     # The console script sits next to the interpreter running pytest (the venv's bin/).
     return Path(sys.executable).parent / "tmsgate"
+
+
+_LIVE: set[subprocess.Popen] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """If pytest dies without running finalizers, do not leave gateways running."""
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.kill()
 
 
 class Gateway:
@@ -118,12 +131,15 @@ class Gateway:
                 f"tmsgate console script not found at {script} (is the package installed?)"
             )
         self.starts += 1
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # The gateway reads TMSGATE_* settings from the environment; keep the caller's out so
+        # the command line above is the whole configuration.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TMSGATE_")}
+        env["PYTHONUNBUFFERED"] = "1"
         with open(self.log_path, "ab") as log:
             banner = f"\n===== compat-tests: start #{self.starts}: {shlex.join(self.command())}\n"
             log.write(banner.encode())
             log.flush()
-            self.proc = subprocess.Popen(
+            self.proc = proc = subprocess.Popen(
                 self.command(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -132,6 +148,7 @@ class Gateway:
                 cwd=str(self.workdir),
                 start_new_session=True,
             )
+        _LIVE.add(proc)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             rc = self.proc.poll()

@@ -10,6 +10,7 @@ serve yet; errors from that are collected and reported, not fatal.
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 
@@ -210,7 +211,7 @@ def test_restart_in_the_middle(gateway, topic):
     first = make_records(100, "before")
     second = make_records(50, "after-new", start=100)
     third = make_records(50, "after-old", start=150)
-    p = producer(gateway, "lz4")
+    p = producer(gateway, "lz4", **{"enable.idempotence": True})
     assert_dense_offsets(send_all(p, topic, first), 0, 100, "before restart")
     gateway.restart()
     assert_dense_offsets(produce(gateway, topic, second, "gzip"), 100, 50, "fresh producer")
@@ -348,3 +349,27 @@ def test_tmsgate_create_topic_with_3_partitions_is_invalid(tmsgate_only, topic_n
             topic_name,
         )
     assert ei.value.args[0].code() == KafkaError.INVALID_PARTITIONS, ei.value
+
+
+def test_tmsgate_write_pointer_header_not_in_progress_is_refused(tmsgate_only, topic):
+    produce(tmsgate_only, topic, make_records(2, "before"))
+    bogus_wp = int(time.time() * 1000) * 1_000_000 + 4242
+    p = producer(tmsgate_only, **{"message.timeout.ms": 15_000})
+    results = []
+    p.produce(
+        topic,
+        value=b"must be refused",
+        headers=[("tms.tx.write_pointer", struct.pack(">Q", bogus_wp))],
+        on_delivery=lambda err, msg: results.append((err, msg.offset())),
+    )
+    assert p.flush(PRODUCE_TIMEOUT_S) == 0
+    ((err, offset),) = results
+    assert err is not None, (
+        f"a write pointer that is not in progress was accepted at offset {offset}"
+    )
+    assert err.code() != KafkaError._MSG_TIMED_OUT, f"expected a broker error, got {err}"
+    c = consumer(tmsgate_only)
+    try:
+        assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False) == (0, 2)
+    finally:
+        c.close()

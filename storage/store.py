@@ -197,6 +197,7 @@ class Store:
             st = self._state(topic)
             if wp is not None and not self.transactions.is_in_progress(wp):
                 raise TransactionNotInProgress(wp)
+            saved = (st.last_ts, st.last_seq, st.next_offset)
             if entries:
                 result = self._append(batch, st, entries, wp)
             else:
@@ -205,7 +206,11 @@ class Store:
                 try:
                     updates = _state_mutations(state(result))  # type: ignore[operator]
                 except Exception:
-                    self._reload()  # the append above moved offsets for rows now dropped
+                    # Undo this op's claim on offsets and time; the writer drops its rows.
+                    st.last_ts, st.last_seq, st.next_offset = saved
+                    with st.lock:
+                        st.open_tx_rows = [r for r in st.open_tx_rows if r.base_offset < saved[2]]
+                    st.published_refs.discard(wp)  # type: ignore[arg-type]
                     raise
                 batch.mutations.extend(updates)
             else:
@@ -354,17 +359,26 @@ class Store:
         return stored
 
     def rollback(self, topic: TopicId, detail: RollbackDetail) -> int:
-        """Negate the t column of the rows a transactional publish wrote; -> rows changed."""
+        """Negate the t column of the rows a transactional publish wrote; -> rows changed.
+
+        Only while the transaction is in progress (or invalid): committed is final."""
+
+        wp = detail.write_pointer
+        txm = self.transactions
 
         def op(batch: Batch) -> int:
             st = self._state(topic)
+            if not (txm.is_in_progress(wp) or wp in txm.invalid()):
+                # Accepted messages are immutable (the seed): a committed transaction's
+                # rows stay; an unknown pointer has nothing to roll back.
+                raise TransactionNotInProgress(wp)
             start = st.msg_prefix + _SUFFIX.pack(detail.start_ts, detail.start_seq)
             stop = st.msg_prefix + _SUFFIX.pack(detail.end_ts, detail.end_seq) + b"\x00"
             changed = 0
             bases = set()
             for key, value in self._backend.scan(start, stop):
-                _, base, _, wp, *_ = keys.decode_row(value)
-                if wp == detail.write_pointer:
+                _, base, _, row_wp, *_ = keys.decode_row(value)
+                if row_wp == wp:
                     batch.mutations.append((key, keys.negate_write_pointer(value)))
                     bases.add(base)
                     changed += 1

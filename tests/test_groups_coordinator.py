@@ -319,7 +319,8 @@ def test_random_arrivals_and_departures_converge(h):
                     r = await h.join("g", r.member_id)
                     break
                 await asyncio.sleep(0.02)
-        h.coord.rebalancer.leave("g", [(r.member_id, None)]) if name % 3 == 0 else None
+        if name % 3 == 0:
+            await h.coord.leave("g", [(r.member_id, None)])
 
     async def scenario():
         stop = asyncio.Event()

@@ -361,7 +361,7 @@ def test_per_message_ttl_cannot_extend_topic_ttl(store: Store, clock) -> None:
 
 
 def test_per_message_ttl_of_payload_table_entries(store: Store, topic: TopicId, clock) -> None:
-    """BUG storage/reader.py:160-172 (_payload_messages) ignores the ttl_ms column of
+    """Regression, storage/reader.py:160-172 (_payload_messages) ignored the ttl_ms column of
     PayloadTable rows, which store() does write (store.py:318): a message stored with
     Entry(ttl_ms=10) and published by reference never expires."""
     tx = store.transactions.start(timeout_s=LONG)
@@ -746,13 +746,13 @@ def test_concurrent_publishers_share_one_order(open_test_store) -> None:
 
 
 def test_read_stays_within_visible_offsets(store: Store, topic: TopicId) -> None:
-    """BUG storage/store.py:374 + reader.py:86: read() takes ``nxt`` from
-    st.visible_offset but scans the backend unbounded. Rows of a batch are in LevelDB before
-    the writer's post-commit actions advance visible_offset (writer.py:118 vs 129-133), so a read in
-    that window returns offsets >= next and a next_offset beyond it; continuing from that
-    next_offset raises OffsetOutOfRange. Reproduced deterministically: two publishes share
-    one batch, and a listener (it runs on the writer thread between the two
-    visible_offset updates) reads the topic."""
+    """Regression, storage/store.py:374 + reader.py:86: read() took ``nxt`` from
+    st.visible_offset but scanned the backend unbounded. Rows of a batch are in LevelDB
+    before the writer's post-commit actions advance visible_offset (writer.py:118 vs
+    129-133), so a read in that window returned offsets >= next and a next_offset beyond
+    it; continuing from that next_offset raised OffsetOutOfRange. Reproduced
+    deterministically: two publishes share one batch, and a listener (it runs on the writer
+    thread between the two visible_offset updates) reads the topic."""
     gate, inside = threading.Event(), threading.Event()
     seen: list[object] = []
 
@@ -878,13 +878,15 @@ def test_store_closed(store: Store, topic: TopicId) -> None:
 
 
 # --- bugs found: each test states what the seed / docs require --------------------------
+# Found on e0fd945; all but the last (state callback) were fixed by 8a3506b, and the tests
+# stay as regression tests. Line numbers refer to e0fd945.
 def test_reference_published_twice_across_reopen(
     store: Store, topic: TopicId, open_test_store
 ) -> None:
-    """BUG storage/topics.py:87 + storage/store.py:259: ``published_refs`` lives only in
-    memory (load_state never rebuilds it). After a reopen, publish(t, [], tx=wp) for an in-progress wp whose payloads were
-    already published is accepted again and adds a second reference row: every stored
-    payload is delivered twice, under new offsets."""
+    """Regression, storage/topics.py:87 + store.py:259: ``published_refs`` lived only in
+    memory (load_state never rebuilt it). After a reopen, publish(t, [], tx=wp) for an
+    in-progress wp whose payloads were already published was accepted again and added a
+    second reference row: every stored payload delivered twice, under new offsets."""
     tx = store.transactions.start(timeout_s=LONG)
     store.store(topic, [b"p0", b"p1"], tx)
     store.publish(topic, [], tx=tx)
@@ -898,11 +900,11 @@ def test_reference_published_twice_across_reopen(
 def test_store_after_reference_across_reopen_keeps_offsets_unique(
     store: Store, topic: TopicId, open_test_store
 ) -> None:
-    """BUG storage/store.py:304 (store_async): after a reopen ``published_refs`` is empty, so
-    store() adds PayloadTable rows to a write pointer whose reference row (count=1) is
-    already in the MessageTable. The reader (reader.py:167-172) then yields every payload row of
-    the write pointer, so the late payload appears inside the old reference row with an
-    offset that the next row also has: two messages with offset 1."""
+    """Regression, storage/store.py:304 (store_async): after a reopen ``published_refs`` was
+    empty, so store() added PayloadTable rows to a write pointer whose reference row
+    (count=1) was already in the MessageTable. The reader (reader.py:167-172) then yielded
+    every payload row of the write pointer, so the late payload appeared inside the old
+    reference row with an offset that the next row also had: two messages with offset 1."""
     tx = store.transactions.start(timeout_s=LONG)
     store.store(topic, [b"p0"], tx)
     store.publish(topic, [], tx=tx)  # offset 0
@@ -919,10 +921,10 @@ def test_store_after_reference_across_reopen_keeps_offsets_unique(
 def test_stored_payloads_are_not_overwritten_after_reopen(
     store: Store, topic: TopicId, open_test_store
 ) -> None:
-    """BUG storage/topics.py:123-126 (load_state): last_payload_ts/seq is taken from the
+    """Regression, storage/topics.py:123-126 (load_state): last_payload_ts/seq was taken from the
     *last key* of the PayloadTable, i.e. the highest write pointer, not the latest write.
     With two open transactions storing in the same millisecond, a reopen resumes the
-    sequence too low and the next store() of the older transaction reuses a key, silently
+    sequence too low and the next store() of the older transaction reused a key, silently
     overwriting an acknowledged payload (a1 is lost below)."""
     tm = store.transactions
     a = tm.start(timeout_s=LONG)
@@ -942,11 +944,11 @@ def test_stored_payloads_are_not_overwritten_after_reopen(
 def test_last_stable_offset_after_reopen_when_the_clock_went_back(
     store: Store, topic: TopicId, open_test_store, clock
 ) -> None:
-    """BUG storage/store.py:550 + topics.py:127-134: after a reopen, rows of in-progress
-    transactions are searched from (oldest write pointer's time - 60 s). Write pointers
+    """Regression, storage/store.py:550 + topics.py:127-134: after a reopen, rows of
+    in-progress transactions were searched from (oldest write pointer's time - 60 s). Write pointers
     never go back (max(last+1, now*1e6)) but publish times follow the topic's clock, so after
-    the clock stepped back more than 60 s an in-progress row is older than that floor and
-    last_stable_offset() reports it as stable."""
+    the clock stepped back more than 60 s an in-progress row was older than that floor and
+    last_stable_offset() reported it as stable."""
     store.publish(topic, [b"m0"])
     clock.advance(100_000)
     tx = store.transactions.start(timeout_s=LONG)
@@ -960,8 +962,8 @@ def test_last_stable_offset_after_reopen_when_the_clock_went_back(
 
 
 def test_invalidate_does_not_hide_committed_messages(store: Store, topic: TopicId) -> None:
-    """BUG storage/transactions.py:128-136: invalidate() puts any write pointer on the
-    invalid list, committed ones included (and returns True). Tephra's invalidate refuses
+    """Regression, storage/transactions.py:128-136: invalidate() put any write pointer on
+    the invalid list, committed ones included (and returned True). Tephra's invalidate refuses
     committed transactions ("to prevent from invalidating committed transactions"); here a
     committed, already consumed message disappears for every later transactional reader."""
     tm = store.transactions
@@ -974,11 +976,12 @@ def test_invalidate_does_not_hide_committed_messages(store: Store, topic: TopicI
 
 
 def test_cleanup_never_changes_what_a_read_returns(store: Store, clock) -> None:
-    """BUG storage/janitor.py:108-113 (_expire): PayloadTable rows of invalid transactions
-    are deleted by their *write* time, while the reader applies the TTL to the MessageTable
-    row's publish time (reader.py:74-75) and shows them to non-transactional readers. A
-    reference row inside the TTL loses its payloads: before the cleanup pass a read returns
-    offsets 0-3, after it (same clock) offsets 1-2 are gone while offsets() still says
+    """Regression, storage/janitor.py:108-113 (_expire): PayloadTable rows of invalid
+    transactions were deleted by their *write* time, while the reader applies the TTL to the
+    MessageTable row's publish time (reader.py:74-75) and showed them to non-transactional
+    readers. A
+    reference row inside the TTL lost its payloads: before the cleanup pass a read returned
+    offsets 0-3, after it (same clock) offsets 1-2 were gone while offsets() still says
     (0, 4) - the dense range has a hole and the non-transactional read is not repeatable."""
     t = TopicId("default", "ttl10")
     store.create_topic(t, {"ttl": "10"})
@@ -994,3 +997,73 @@ def test_cleanup_never_changes_what_a_read_returns(store: Store, clock) -> None:
     assert before == [(0, b"m0"), (1, b"s0"), (2, b"s1"), (3, b"m3")]
     store.cleanup()
     assert [(m.offset, m.payload) for m in store.poll(t)] == before
+
+
+def test_failing_state_callback_loses_no_other_publish_in_its_batch(
+    store: Store, topic: TopicId
+) -> None:
+    """BUG (open, cbdd7fc) storage/store.py:204-209: when a ``state`` callable raises,
+    publish_async's op calls self._reload() on the writer thread in the middle of a batch.
+    Earlier operations of the same batch have moved the topic's in-memory offsets and
+    timestamps for rows that are not on disk yet; the reload forgets them, so a later
+    publish in the same batch gets the same offset and the same row key and overwrites
+    the earlier, acknowledged message: below, A and C are both acknowledged at offset 1
+    and only C can be read. Only the failing publish should fail."""
+    gate, inside = threading.Event(), threading.Event()
+
+    def hold_first_batch(t: TopicId, next_offset: int) -> None:
+        if next_offset == 1 and not inside.is_set():
+            inside.set()
+            gate.wait(10)
+
+    def failing_state(result: object) -> dict:
+        raise RuntimeError("state callback failed")
+
+    store.add_listener(hold_first_batch)
+    first = store.publish_async(topic, [b"first"])
+    assert inside.wait(10)
+    a = store.publish_async(topic, [b"A"], state={("producers", "a"): b"1"})
+    b = store.publish_async(topic, [b"B"], state=failing_state)
+    c = store.publish_async(topic, [b"C"])
+    gate.set()  # A, B and C now go into one batch
+    assert first.result(10).base_offset == 0
+    with pytest.raises(RuntimeError):
+        b.result(10)
+    acked = {a.result(10).base_offset: b"A", c.result(10).base_offset: b"C"}
+    assert len(acked) == 2, "two publishes were acknowledged with the same offset"
+    msgs = store.poll(topic)
+    assert offsets_of(msgs) == [0, 1, 2]
+    for off, payload in acked.items():
+        assert msgs[off].payload == payload
+    assert store.get_state("producers", "a") == b"1"
+
+
+def test_state_callable_sees_the_offsets_of_its_publish(store: Store, topic: TopicId) -> None:
+    store.publish(topic, [b"x"])
+    r = store.publish(
+        topic,
+        [b"a", b"b"],
+        state=lambda res: {("producers", "p"): f"{res.base_offset}+{res.count}".encode()},
+    )
+    assert store.get_state("producers", "p") == f"{r.base_offset}+{r.count}".encode() == b"1+2"
+
+    # a callable that raises fails its publish: neither its messages nor its state are written
+    def failing(res: object) -> dict:
+        raise ValueError("no state for this one")
+
+    with pytest.raises(ValueError):
+        store.publish(topic, [b"c"], state=failing)
+    assert store.offsets(topic) == (0, 3)
+    assert store.publish(topic, [b"d"]).base_offset == 3
+    assert payloads(store.poll(topic)) == [b"x", b"a", b"b", b"d"]
+
+
+def test_rollback_of_a_committed_transaction_is_refused(store: Store, topic: TopicId) -> None:
+    """Accepted messages are immutable: once committed, a rollback detail no longer works."""
+    tx = store.transactions.start(timeout_s=LONG)
+    rb = store.publish(topic, [b"kept"], tx=tx).rollback
+    store.transactions.commit(tx)
+    with pytest.raises(TransactionNotInProgress):
+        store.rollback(topic, rb)
+    snap = store.transactions.snapshot()
+    assert [m.payload for m in store.poll(topic, tx=snap)] == [b"kept"]

@@ -18,11 +18,13 @@ import time
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from .codec import (
     GROUPS_AREA,
     OFFSETS_AREA,
     CorruptState,
+    GroupRecord,
     decode_group,
     decode_offset,
     group_key,
@@ -38,6 +40,7 @@ from .model import (
     Member,
     SyncRequest,
     SyncResult,
+    group_member,
 )
 from .offsets import NO_OFFSET, FetchedOffset, OffsetCommit, Offsets, TopicPartition
 from .rebalance import Rebalancer
@@ -123,7 +126,7 @@ class GroupCoordinator:
                 log.error("skipping committed offset %r: %s", key, exc)
         for key, raw in records:
             try:
-                self._restore(decode_group(_unquote(key), raw))
+                self._restore(decode_group(unquote(key), raw))
             except CorruptState as exc:
                 log.error("skipping group record %r: %s", key, exc)
         for group_id in self.offsets.group_ids():
@@ -138,10 +141,7 @@ class GroupCoordinator:
             (time.perf_counter() - started) * 1000,
         )
 
-    def _restore(self, record: object) -> None:
-        from .codec import GroupRecord
-
-        assert isinstance(record, GroupRecord)
+    def _restore(self, record: GroupRecord) -> None:
         group = Group(
             record.group_id,
             generation=record.generation,
@@ -167,7 +167,7 @@ class GroupCoordinator:
         group.state = STABLE if group.members else EMPTY
         self.groups[group.group_id] = group
         for member in group.members.values():
-            self.rebalancer._schedule_expiry(group, member)
+            self.rebalancer.schedule_expiry(group, member)
 
     async def _watch(self) -> None:
         """Notice the gateway shutting down, and remove empty groups now and then."""
@@ -235,20 +235,52 @@ class GroupCoordinator:
     async def heartbeat(
         self, group_id: str, member_id: str, instance_id: str | None, generation: int
     ) -> tuple[GroupErrorCode, str | None]:
+        """Heartbeat: keeps the member's session alive; during a rebalance the answer is
+        REBALANCE_IN_PROGRESS, which makes it rejoin."""
         try:
             await self.ready()
+            group, member = group_member(self.groups, group_id, member_id, instance_id, generation)
         except GroupError as exc:
+            self.rebalancer.log_refusal("Heartbeat", group_id, member_id, exc)
             return exc.code, str(exc)
-        return self.rebalancer.heartbeat(group_id, member_id, instance_id, generation)
+        self.rebalancer.schedule_expiry(group, member)
+        result = outcome(Op.HEARTBEAT, group.state)
+        assert result is not PROCEED
+        return result, None
 
     async def leave(
         self, group_id: str, leaving: list[tuple[str, str | None]]
     ) -> tuple[GroupErrorCode, list[GroupErrorCode]]:
+        """LeaveGroup: (group error, one error per leaving member)."""
         try:
             await self.ready()
         except GroupError as exc:
             return exc.code, [exc.code for _ in leaving]
-        return self.rebalancer.leave(group_id, leaving)
+        if not group_id:
+            return E.INVALID_GROUP_ID, [E.INVALID_GROUP_ID for _ in leaving]
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.NONE, [E.UNKNOWN_MEMBER_ID for _ in leaving]
+        return E.NONE, [self._leave_one(group, mid, iid) for mid, iid in leaving]
+
+    def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> GroupErrorCode:
+        if not member_id:  # KIP-345: a static member leaves by instance id
+            member_id = group.static_members.get(instance_id or "", "")
+            if not member_id:
+                return E.UNKNOWN_MEMBER_ID
+        elif member_id in group.pending_members:
+            handle = group.pending_members.pop(member_id)
+            if handle is not None:
+                handle.cancel()
+            self.rebalancer.try_complete_join(group)
+            return E.NONE
+        else:
+            error = group.check_member(member_id, instance_id)
+            if error is not None:
+                return error.code
+        log.info("group %r: member %s left", group.group_id, member_id)
+        self.rebalancer.remove_member(group, member_id, f"member {member_id} left")
+        return E.NONE
 
     # --- offsets ------------------------------------------------------------------------
     async def commit(
@@ -310,7 +342,7 @@ class GroupCoordinator:
         result = outcome(Op.COMMIT, group.state)
         if result is not PROCEED:
             return result, f"the group is {group.state.value}"
-        self.rebalancer._schedule_expiry(group, member)
+        self.rebalancer.schedule_expiry(group, member)
         return E.NONE, ""
 
     async def fetch_offsets(
@@ -453,12 +485,6 @@ class GroupCoordinator:
         return self.offsets.drop_group(
             group.group_id, {(GROUPS_AREA, group_key(group.group_id)): None}
         )
-
-
-def _unquote(key: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(key)
 
 
 def _current_task() -> asyncio.Task[object] | None:

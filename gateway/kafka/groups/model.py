@@ -326,3 +326,29 @@ class Group:
             self.state_ms,
             members,
         )
+
+
+def group_member(
+    groups: dict[str, Group],
+    group_id: str,
+    member_id: str,
+    instance_id: str | None,
+    generation: int,
+) -> tuple[Group, Member]:
+    """The group and member a SyncGroup, Heartbeat or OffsetCommit names, checked the way
+    Kafka does (group id, member, static instance, generation); raises GroupError."""
+    if not group_id:
+        raise GroupError(GroupErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+    group = groups.get(group_id)
+    if group is None:
+        raise GroupError(GroupErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} does not exist")
+    error = group.check_member(member_id, instance_id)
+    if error is not None:
+        raise error
+    if generation != group.generation:
+        raise GroupError(
+            GroupErrorCode.ILLEGAL_GENERATION,
+            f"generation {generation} is not group {group_id!r}'s current generation "
+            f"{group.generation}",
+        )
+    return group, group.members[member_id]

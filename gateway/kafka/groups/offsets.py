@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..topics import InvalidTopicName, TopicInfo
 from .codec import (
     OFFSETS_AREA,
     CommittedOffset,
@@ -28,7 +29,6 @@ from .writer import StateUpdates, StateWriter
 
 if TYPE_CHECKING:
     from ..broker import Broker
-    from ..topics import TopicInfo
 
 log = logging.getLogger("tmsgate.kafka.groups")
 TopicPartition = tuple[str, int]
@@ -90,8 +90,6 @@ class Offsets:
     # --- topics -------------------------------------------------------------------------
     async def topics(self, names: Iterable[str]) -> dict[str, TopicInfo | None]:
         """The current generation of each topic; None for unknown or invalid names."""
-        from ..topics import InvalidTopicName
-
         out: dict[str, TopicInfo | None] = {}
         for name in names:
             if name in out:

@@ -31,7 +31,15 @@ from typing import TYPE_CHECKING, Any
 from .codec import GROUPS_AREA, encode_group, group_key
 from .config import GroupConfig
 from .errors import GroupError, GroupErrorCode
-from .model import Group, JoinRequest, JoinResult, Member, SyncRequest, SyncResult
+from .model import (
+    Group,
+    JoinRequest,
+    JoinResult,
+    Member,
+    SyncRequest,
+    SyncResult,
+    group_member,
+)
 from .state import (
     CAN_REBALANCE,
     COMPLETING,
@@ -73,7 +81,7 @@ class Rebalancer:
         try:
             answer = self._join(req)
         except GroupError as exc:
-            self._log_refusal("JoinGroup", req.group_id, req.member_id, exc)
+            self.log_refusal("JoinGroup", req.group_id, req.member_id, exc)
             return JoinResult(exc.code, req.member_id, message=str(exc))
         if isinstance(answer, JoinResult):
             return answer
@@ -196,7 +204,7 @@ class Rebalancer:
         if group.state is PREPARING and group.generation == 0:
             group.new_member_added = True
         group.add(member)
-        self._schedule_expiry(group, member, self.config.new_member_join_timeout_ms)
+        self.schedule_expiry(group, member, self.config.new_member_join_timeout_ms)
         static = f" (instance {req.instance_id})" if req.instance_id else ""
         self._rebalance(group, f"new member {member_id}{static} joined")
         return waiter
@@ -225,7 +233,7 @@ class Rebalancer:
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.client_id, member.client_host = req.client_id, req.client_host
         waiter = member.join_waiter = self.loop.create_future()
-        self._schedule_expiry(group, member)
+        self.schedule_expiry(group, member)
         log.info(
             "group %r: static member %s rejoined as %s (was %s) in state %s",
             group.group_id,
@@ -246,7 +254,7 @@ class Rebalancer:
             # Its old id may already be in the leader's assignment: assign again.
             self._prepare_rebalance(group, reason + " while the assignment was pending")
         else:
-            self._try_complete_join(group)
+            self.try_complete_join(group)
         return waiter
 
     async def _confirm_static(
@@ -295,13 +303,13 @@ class Rebalancer:
             group.group_id,
             member_id,
         )
-        self._try_complete_join(group)
+        self.try_complete_join(group)
 
     # --- rebalancing --------------------------------------------------------------------
     def _rebalance(self, group: Group, reason: str) -> None:
         if group.state in CAN_REBALANCE:
             self._prepare_rebalance(group, reason)
-        self._try_complete_join(group)
+        self.try_complete_join(group)
 
     def _prepare_rebalance(self, group: Group, reason: str) -> None:
         if group.state is COMPLETING:
@@ -328,7 +336,7 @@ class Rebalancer:
             group.rebalance_timer = self.loop.call_later(
                 group.rebalance_timeout_ms() / 1000, self._rebalance_timed_out, group
             )
-            self._try_complete_join(group)  # e.g. the last member just left
+            self.try_complete_join(group)  # e.g. the last member just left
 
     def _initial_delay_over(self, group: Group) -> None:
         group.rebalance_timer = None
@@ -351,7 +359,7 @@ class Rebalancer:
         if self._current(group) and group.state is PREPARING:
             self._complete_join(group)
 
-    def _try_complete_join(self, group: Group) -> None:
+    def try_complete_join(self, group: Group) -> None:
         if group.state is PREPARING and group.initial_delay_left_ms is None and group.all_joined():
             self._complete_join(group)
 
@@ -407,7 +415,7 @@ class Rebalancer:
                 )
             )
             member.is_new = False
-            self._schedule_expiry(group, member)
+            self.schedule_expiry(group, member)
         group.pending_sync = set(group.members)
         group.sync_timer = self.loop.call_later(
             group.rebalance_timeout_ms() / 1000, self._sync_timed_out, group, group.generation
@@ -439,14 +447,16 @@ class Rebalancer:
         try:
             answer = self._sync(req)
         except GroupError as exc:
-            self._log_refusal("SyncGroup", req.group_id, req.member_id, exc)
+            self.log_refusal("SyncGroup", req.group_id, req.member_id, exc)
             return SyncResult(exc.code, message=str(exc))
         if isinstance(answer, SyncResult):
             return answer
         return await asyncio.shield(answer)
 
     def _sync(self, req: SyncRequest) -> SyncResult | asyncio.Future[SyncResult]:
-        group, member = self._member(req.group_id, req.member_id, req.instance_id, req.generation)
+        group, member = group_member(
+            self.groups, req.group_id, req.member_id, req.instance_id, req.generation
+        )
         if (req.protocol_type is not None and req.protocol_type != group.protocol_type) or (
             req.protocol_name is not None and req.protocol_name != group.protocol_name
         ):
@@ -459,7 +469,7 @@ class Rebalancer:
         if result is not PROCEED:
             raise GroupError(result, f"group {group.group_id!r} is {group.state.value}")
         group.pending_sync.discard(member.member_id)
-        self._schedule_expiry(group, member)
+        self.schedule_expiry(group, member)
         if group.state is STABLE:
             return SyncResult(E.NONE, member.assignment, group.protocol_type, group.protocol_name)
         member.answer_sync(SyncResult(E.REBALANCE_IN_PROGRESS))  # a repeated SyncGroup
@@ -501,7 +511,7 @@ class Rebalancer:
                     SyncResult(E.NONE, member.assignment, group.protocol_type, group.protocol_name)
                 )
                 # Its session restarts now: it may have run out while the leader computed.
-                self._schedule_expiry(group, member)
+                self.schedule_expiry(group, member)
         group.transition(STABLE)
         log.info(
             "group %r: generation %d is stable with %d members",
@@ -510,77 +520,13 @@ class Rebalancer:
             len(group.members),
         )
 
-    # --- Heartbeat and LeaveGroup -------------------------------------------------------
-    def heartbeat(
-        self, group_id: str, member_id: str, instance_id: str | None, generation: int
-    ) -> tuple[GroupErrorCode, str | None]:
-        try:
-            group, member = self._member(group_id, member_id, instance_id, generation)
-        except GroupError as exc:
-            self._log_refusal("Heartbeat", group_id, member_id, exc)
-            return exc.code, str(exc)
-        self._schedule_expiry(group, member)
-        result = outcome(Op.HEARTBEAT, group.state)
-        assert result is not PROCEED
-        return result, None
-
-    def leave(
-        self, group_id: str, leaving: list[tuple[str, str | None]]
-    ) -> tuple[GroupErrorCode, list[GroupErrorCode]]:
-        if not group_id:
-            return E.INVALID_GROUP_ID, [E.INVALID_GROUP_ID for _ in leaving]
-        group = self.groups.get(group_id)
-        if group is None:
-            return E.NONE, [E.UNKNOWN_MEMBER_ID for _ in leaving]
-        return E.NONE, [self._leave_one(group, mid, iid) for mid, iid in leaving]
-
-    def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> GroupErrorCode:
-        if not member_id:  # KIP-345: a static member leaves by instance id
-            member_id = group.static_members.get(instance_id or "", "")
-            if not member_id:
-                return E.UNKNOWN_MEMBER_ID
-        elif member_id in group.pending_members:
-            handle = group.pending_members.pop(member_id)
-            if handle is not None:
-                handle.cancel()
-            self._try_complete_join(group)
-            return E.NONE
-        else:
-            error = group.check_member(member_id, instance_id)
-            if error is not None:
-                return error.code
-        log.info("group %r: member %s left", group.group_id, member_id)
-        self.remove_member(group, member_id, f"member {member_id} left")
-        return E.NONE
-
     # --- members ------------------------------------------------------------------------
-    def _member(
-        self, group_id: str, member_id: str, instance_id: str | None, generation: int
-    ) -> tuple[Group, Member]:
-        """The group and member of a SyncGroup/Heartbeat, checked the way Kafka does."""
-        if not group_id:
-            raise GroupError(E.INVALID_GROUP_ID, "the group id must not be empty")
-        group = self.groups.get(group_id)
-        if group is None:
-            raise GroupError(E.UNKNOWN_MEMBER_ID, f"group {group_id!r} does not exist")
-        error = group.check_member(member_id, instance_id)
-        if error is not None:
-            raise error
-        member = group.members[member_id]
-        if generation != group.generation:
-            raise GroupError(
-                E.ILLEGAL_GENERATION,
-                f"generation {generation} is not group {group_id!r}'s current generation "
-                f"{group.generation}",
-            )
-        return group, member
-
     def remove_member(self, group: Group, member_id: str, reason: str) -> None:
         self._drop(group, member_id)
         if group.state in (STABLE, COMPLETING):
             self._prepare_rebalance(group, reason)
         else:
-            self._try_complete_join(group)
+            self.try_complete_join(group)
 
     def _drop(self, group: Group, member_id: str) -> None:
         member = group.remove(member_id)
@@ -588,7 +534,7 @@ class Rebalancer:
             member.answer_join(JoinResult(E.UNKNOWN_MEMBER_ID, member_id))
             member.answer_sync(SyncResult(E.UNKNOWN_MEMBER_ID))
 
-    def _schedule_expiry(self, group: Group, member: Member, timeout_ms: int | None = None) -> None:
+    def schedule_expiry(self, group: Group, member: Member, timeout_ms: int | None = None) -> None:
         member.cancel_timer()
         delay = (member.session_timeout_ms if timeout_ms is None else timeout_ms) / 1000
         member.timer = self.loop.call_later(delay, self._expire, group, member)
@@ -599,7 +545,7 @@ class Rebalancer:
             return
         if not member.is_new and (member.awaiting_join or member.awaiting_sync):
             # Waiting on the group counts as alive; the rebalance timeout bounds it.
-            self._schedule_expiry(group, member)
+            self.schedule_expiry(group, member)
             return
         why = "its first rebalance did not complete" if member.is_new else "no heartbeat"
         log.info(
@@ -660,7 +606,7 @@ class Rebalancer:
             member.cancel_timer()
 
     @staticmethod
-    def _log_refusal(api: str, group_id: str, member_id: str, exc: GroupError) -> None:
+    def log_refusal(api: str, group_id: str, member_id: str, exc: GroupError) -> None:
         level = logging.DEBUG if exc.code in _ROUTINE else logging.INFO
         log.log(
             level,
