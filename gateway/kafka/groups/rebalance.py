@@ -390,7 +390,13 @@ class Rebalancer:
             log.info("group %r: generation %d is empty", group.group_id, group.generation)
             self._store_quietly(group)
             return
-        group.protocol_name = group.select_protocol()
+        try:
+            group.protocol_name = group.select_protocol()
+        except ValueError as exc:  # unreachable while joins check supports(); never stall
+            group.protocol_name = group.members[group.leader_id or ""].protocol_names()[0]
+            log.error(
+                "group %r: %s; using the leader's %s", group.group_id, exc, group.protocol_name
+            )
         group.transition(COMPLETING)
         log.info(
             "group %r: generation %d with %d members, leader %s, protocol %s",
