@@ -352,7 +352,8 @@ class GroupCoordinator:
         try:
             await self.ready()
         except GroupError as exc:
-            return exc.code, []
+            failed = FetchedOffset(error=exc.code)
+            return exc.code, [(t, [(p, failed) for p in ps]) for t, ps in topics or []]
         names = None if topics is None else [t for t, _ in topics]
         live = await self.offsets.live(group_id, names)
         if topics is None:
