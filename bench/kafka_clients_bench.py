@@ -19,7 +19,11 @@ per measurement (created with confluent-kafka's AdminClient, 1 partition, RF 1):
             perf_counter_ns() stamps at a steady rate; a confluent-kafka consumer
             (fetch.min.bytes=1, fetch.wait.max.ms=100) assigned at the log end offset
             records receive - send. A fetch that is not woken by a publish sleeps the full
-            fetch.wait.max.ms, so `slow_share` (samples >= 90% of it) shows missing wakeups.
+            fetch.wait.max.ms, so `slow_share` (samples >= 90% of it) shows missing wakeups
+            (or, on a loaded machine, plain stalls: read it with `histogram_ms`). librdkafka
+            statistics give Fetch requests/s and fetch RTT while the partition is idle
+            (`idle_fetch`: a long-polling broker shows ~10/s at ~100 ms) and under load
+            (`timed_fetch`), so the wakeup path is seen to be exercised, not assumed.
 
 Progress goes to stderr, one JSON summary to stdout. Each figure carries the client's
 own ceiling on this machine (docs: /work/shared/design/peers-and-ceilings.md).
@@ -446,8 +450,40 @@ def histogram(sorted_ms: list[float]) -> dict[str, int]:
     return out
 
 
+IDLE_S = 2.3  # idle window before the timed phase: spans >= 2 statistics snapshots
+STATS_INTERVAL_MS = 1000
+
+
+class FetchStats:
+    """librdkafka statistics (stats_cb) reduced to Fetch request counts and fetch RTTs.
+
+    Portable across brokers: a broker that long-polls answers an idle consumer about
+    1000 / fetch.wait.max.ms times a second with an RTT near fetch.wait.max.ms; one that
+    answers empty fetches at once shows hundreds of fetches a second and a tiny RTT.
+    """
+
+    def __init__(self) -> None:
+        self.snaps: list[tuple[float, int, float]] = []  # (monotonic, fetches, rtt p50 ms)
+
+    def on_stats(self, raw: str) -> None:
+        brokers = json.loads(raw).get("brokers", {}).values()
+        fetches = sum(b.get("req", {}).get("Fetch", 0) for b in brokers)
+        rtts = [b["rtt"]["p50"] / 1000 for b in brokers if b.get("rtt", {}).get("cnt")]
+        self.snaps.append((time.monotonic(), fetches, max(rtts, default=0.0)))
+
+    def window(self, start: float, end: float) -> dict[str, float | None]:
+        inside = [s for s in self.snaps if start <= s[0] <= end]
+        if len(inside) < 2:
+            return {"fetches_per_s": None, "fetch_rtt_p50_ms": None}
+        (t0, f0, _), (t1, f1, _) = inside[0], inside[-1]
+        # each snapshot's RTT window is the interval before it; skip the first one
+        rtt = statistics.median(s[2] for s in inside[1:])
+        return {"fetches_per_s": round((f1 - f0) / (t1 - t0), 1), "fetch_rtt_p50_ms": round(rtt, 2)}
+
+
 def latency_run(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, object]:
     """Steady-rate producer in this thread, consumer in another; latencies in ms."""
+    fetch_stats = FetchStats()
     consumer = confluent_kafka.Consumer(
         {
             **ck_common(bootstrap),
@@ -456,6 +492,8 @@ def latency_run(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[s
             "enable.auto.offset.store": False,
             "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
             "fetch.min.bytes": 1,
+            "statistics.interval.ms": STATS_INTERVAL_MS,
+            "stats_cb": fetch_stats.on_stats,
         }
     )
     producer = confluent_kafka.Producer(
@@ -467,6 +505,7 @@ def latency_run(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[s
 
     latencies_ns: list[int] = []
     warm_seen = threading.Event()
+    all_received = threading.Event()
     stop_consumer = threading.Event()
     consumer_errors: list[str] = []
     expected = round(rate * seconds)
@@ -485,7 +524,7 @@ def latency_run(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[s
                 if v[:1] == TIMED:
                     latencies_ns.append(now - int(v[1:20]))
                     if len(latencies_ns) >= expected:
-                        return
+                        all_received.set()  # keep polling: stats_cb runs inside poll()
                 else:
                     warm_seen.set()
         except Exception as exc:  # surfaced by the main thread
@@ -512,7 +551,9 @@ def latency_run(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[s
             producer.produce(topic, stamped(WARMUP), partition=0, on_delivery=on_delivery)
             producer.poll(0)
             warm_seen.wait(0.05)
-        time.sleep(0.2)  # let in-flight warm-up messages drain
+        idle_start = time.monotonic()
+        time.sleep(IDLE_S)  # warm-up drains, then the consumer long-polls an idle partition
+        idle_end = timed_start = time.monotonic()
 
         interval_ns = 1_000_000_000 // rate
         behind = 0
@@ -529,7 +570,8 @@ def latency_run(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[s
         send_s = (time.perf_counter_ns() - start) / 1e9
         if producer.flush(30) > 0:
             raise RuntimeError("latency: producer could not flush within 30 s")
-        thread.join(STALL_S)
+        all_received.wait(STALL_S)
+        timed_end = time.monotonic()
     finally:
         stop_consumer.set()
         thread.join(5)
@@ -551,6 +593,8 @@ def latency_run(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[s
         "max_ms": round(ms[-1], 3),
         "histogram_ms": histogram(ms),
         "slow_share": round(sum(x >= 0.9 * FETCH_WAIT_MAX_MS for x in ms) / len(ms), 5),
+        "idle_fetch": fetch_stats.window(idle_start, idle_end),
+        "timed_fetch": fetch_stats.window(timed_start, timed_end),
     }
 
 
@@ -607,6 +651,10 @@ def run_all(bootstrap: str, args: argparse.Namespace, counts: Counts) -> dict[st
             f"p99 {lat['p99_ms']:.2f} ms, "
             f"max {lat['max_ms']:.2f} ms, >=90% of fetch.wait.max.ms: {lat['slow_share']:.2%}, "
             f"sent {lat['sent_rate']:,}/s   ({ceiling_text('latency', 'confluent_kafka')})"
+        )
+        log(
+            f"{label} latency fetches: idle {lat['idle_fetch']}, under load {lat['timed_fetch']} "
+            f"(long-poll: idle ~{1000 // FETCH_WAIT_MAX_MS}/s at ~{FETCH_WAIT_MAX_MS} ms RTT)"
         )
 
     summary: dict[str, object] = {}
