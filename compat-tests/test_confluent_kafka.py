@@ -3,9 +3,8 @@
 Producer (defaults plus compression.type; one test with enable.idempotence), Consumer with
 assign() and explicit offsets, AdminClient. confluent-kafka refuses to build a Consumer without
 group.id ("group.id must be set"), so the consumer carries a throw-away group.id with
-enable.auto.commit=False and never subscribes: it only needs Fetch/ListOffsets, but librdkafka
-still looks up a group coordinator in the background (FindCoordinator), which tmsgate does not
-serve yet; errors from that are collected and reported, not fatal.
+enable.auto.commit=False and never subscribes: it only needs Fetch/ListOffsets. Groups are
+tested in tests/test_groups_clients.py.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tmsgate.gateway import inspect_cli
+from tmsgate.gateway import groups_cli, inspect_cli
 
 DEFAULT_STORE = "leveldb://./data"
 DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="DEBUG, INFO, WARNING, ... (env TMSGATE_LOG_LEVEL)",
     )
     inspect_cli.add_commands(sub)
+    groups_cli.add_commands(sub)
     return parser
 
 
@@ -168,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.command == "serve":
         return serve_command(args)
+    if args.command == "groups":
+        return groups_cli.run(args)
     return inspect_cli.run(args)
 
 

@@ -10,6 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .config import GatewayConfig
+from .groups import stop_coordinator
 from .metrics import Metrics
 from .notify import PublishNotifier
 from .producers import ProducerStates
@@ -65,6 +66,7 @@ class Broker:
     def begin_shutdown(self) -> None:
         self.closing = True
         self.notifier.wake_all()
+        stop_coordinator(self)  # answer long-polling JoinGroup/SyncGroup with NOT_COORDINATOR
 
     def close(self) -> None:
         self.notifier.detach()

@@ -12,6 +12,7 @@ from tmsgate.storage import open_store
 
 from .broker import Broker
 from .config import GatewayConfig
+from .groups import close_coordinator, start_coordinator
 from .metrics import Metrics
 from .server import KafkaServer
 
@@ -36,6 +37,7 @@ async def serve(
     server = KafkaServer(broker)
     try:
         broker.attach(loop)
+        await start_coordinator(broker)  # restored members must expire on time
         host, port = await server.start()
         if metrics_listen is not None:
             metrics.serve(*metrics_listen)
@@ -62,6 +64,7 @@ async def serve(
             server.connection_count,
         )
         await server.stop(config.shutdown_grace_s)
+        await close_coordinator(broker)  # flush queued group state before the store closes
     finally:
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):

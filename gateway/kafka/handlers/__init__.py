@@ -7,6 +7,7 @@ from . import (
     delete_topics,
     describe_configs,
     fetch,
+    group_routes,
     init_producer_id,
     list_offsets,
     metadata,
@@ -25,4 +26,5 @@ ROUTES = [
     describe_configs.ROUTE,
     alter_configs.ROUTE,
     alter_configs.INCREMENTAL_ROUTE,
+    *group_routes.GROUP_ROUTES,
 ]
