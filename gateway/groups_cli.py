@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +23,7 @@ from urllib.parse import unquote
 
 from tmsgate.storage import StorageError, Store, TopicId, TopicNotFound
 
-from .inspect_cli import DEFAULT_STORE
-from .inspect_cli import _store as open_for_reading
+from .inspect_cli import common_arguments, open_for_reading
 from .kafka.groups.codec import (
     GROUPS_AREA,
     OFFSETS_AREA,
@@ -44,18 +42,7 @@ CONSUMER = "consumer"
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--store",
-            default=os.environ.get("TMSGATE_STORE", DEFAULT_STORE),
-            help="store URL (default: $TMSGATE_STORE or %(default)s)",
-        )
-        p.add_argument(
-            "--namespace",
-            default=os.environ.get("TMSGATE_NAMESPACE", "default"),
-            help="the gateway's TMS namespace of Kafka topics (default: %(default)s)",
-        )
-        p.add_argument("--json", action="store_true", help="print JSON lines")
+    common = common_arguments
 
     groups = sub.add_parser("groups", help="list or describe Kafka consumer groups")
     gsub = groups.add_subparsers(dest="groups_command", required=True)

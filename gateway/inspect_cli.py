@@ -32,15 +32,23 @@ from tmsgate.storage.transactions import TX_PER_MS
 DEFAULT_STORE = "leveldb://./data"
 
 
+def common_arguments(p: argparse.ArgumentParser) -> None:
+    """--store, --namespace and --json, shared by every command that reads a store."""
+    p.add_argument(
+        "--store",
+        default=os.environ.get("TMSGATE_STORE", DEFAULT_STORE),
+        help="store URL (default: $TMSGATE_STORE or %(default)s)",
+    )
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("TMSGATE_NAMESPACE", "default"),
+        help="the TMS namespace of the gateway's Kafka topics (default: %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON lines")
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--store",
-            default=os.environ.get("TMSGATE_STORE", DEFAULT_STORE),
-            help="store URL (default: $TMSGATE_STORE or %(default)s)",
-        )
-        p.add_argument("--namespace", default="default")
-        p.add_argument("--json", action="store_true", help="print JSON lines")
+    common = common_arguments
 
     topics = sub.add_parser("topics", help="list or describe topics")
     tsub = topics.add_subparsers(dest="topics_command", required=True)
@@ -71,7 +79,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 @contextmanager
-def _store(url: str) -> Iterator[Store]:
+def open_for_reading(url: str) -> Iterator[Store]:
     try:
         store = open_store(url)
     except BackendError as exc:
@@ -86,7 +94,7 @@ def _store(url: str) -> Iterator[Store]:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    with _store(args.store) as store:
+    with open_for_reading(args.store) as store:
         if args.topics_command == "list":
             for t in store.list_topics(args.namespace):
                 print(json.dumps({"topic": t.topic}) if args.json else t.topic)
@@ -139,7 +147,7 @@ def parse_start(text: str) -> dict[str, object]:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     start = parse_start(args.start)
-    with _store(args.store) as store:
+    with open_for_reading(args.store) as store:
         t = TopicId(args.namespace, args.topic)
         tx = store.transactions.snapshot() if args.tx else None
         res = store.read(t, max_messages=max(1, args.limit), tx=tx, **start)  # type: ignore[arg-type]
@@ -164,7 +172,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_tx(args: argparse.Namespace) -> int:
-    with _store(args.store) as store:
+    with open_for_reading(args.store) as store:
         in_progress = store.transactions.in_progress()
         invalid = store.transactions.invalid()
     if args.json:
