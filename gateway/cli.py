@@ -98,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="default max.message.bytes of topics",
     )
     s.add_argument(
+        "--fetch-cache-mb",
+        type=int,
+        default=int(_env("TMSGATE_FETCH_CACHE_MB", "256") or 0),
+        help="memory for produced record batches kept for consumers near the head (0: off)",
+    )
+    s.add_argument(
         "--log-level",
         default=_env("TMSGATE_LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING, ... (env TMSGATE_LOG_LEVEL)",
@@ -124,6 +130,7 @@ def _config(args: argparse.Namespace) -> object:
         max_request_bytes=args.max_request_bytes,
         idle_timeout_s=args.idle_timeout_ms / 1000,
         default_max_message_bytes=args.max_message_bytes,
+        fetch_cache_bytes=max(0, args.fetch_cache_mb) << 20,
     )
 
 

@@ -55,6 +55,7 @@ class ProducedBatch:
     max_timestamp: int
     size: int
     records: list[Any]  # aiokafka records: .offset .timestamp .key .value .headers
+    raw: memoryview | bytes = b""  # the batch as sent (a view into the request)
 
     @property
     def is_transactional(self) -> bool:
@@ -135,6 +136,7 @@ def decode_batch(raw: memoryview | bytes) -> ProducedBatch:
         max_ts,
         len(raw),
         records,
+        raw,
     )
 
 

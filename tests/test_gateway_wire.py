@@ -443,7 +443,9 @@ def test_topic_id_versions(client: RawClient, fetch_version: int) -> None:
     f.topics[0].topic_id = tid
     resp = client.request(f, fetch_version)
     assert resp.responses[0].topic_id == tid
-    assert [r.offset for _, rs in kr.records_of(kr.partition(resp).records) for r in rs] == [1, 2]
+    offsets = [r.offset for _, rs in kr.records_of(kr.partition(resp).records) for r in rs]
+    # Like Kafka, a fetch may return the whole batch holding the fetch offset.
+    assert offsets[-2:] == [1, 2] and offsets[0] <= 1
     f.topics[0].topic_id = uuid.uuid4()
     missing = kr.partition(client.request(f, fetch_version))
     assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_ID

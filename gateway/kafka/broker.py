@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from .batch_cache import BatchCache
 from .config import GatewayConfig
 from .groups import stop_coordinator
 from .metrics import Metrics
@@ -37,6 +38,7 @@ class Broker:
         self.routes = routes or default_routes()
         self.topics = TopicRegistry(self)
         self.producers = ProducerStates(self)
+        self.batch_cache = BatchCache(config.fetch_cache_bytes)
         self.notifier = PublishNotifier()
         self.advertised_host = config.advertised_host or config.host
         self.advertised_port = config.advertised_port or config.port

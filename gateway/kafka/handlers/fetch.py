@@ -18,6 +18,7 @@ from kafka.protocol.consumer import FetchResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 from tmsgate.storage import OffsetOutOfRange, StorageError
 
+from ..batch_cache import BatchCache
 from ..context import RequestContext
 from ..errors import error_of
 from ..records import encode_messages
@@ -51,7 +52,9 @@ class PartRead:
     messages: int = 0
 
 
-def _read_one(store: Any, t: Target, budget: int, committed: bool) -> PartRead:
+def _read_one(
+    store: Any, cache: BatchCache, t: Target, budget: int, committed: bool, zstd_ok: bool
+) -> PartRead:
     """Blocking: runs on the executor."""
     info = t.info
     if info is None or t.partition != 0:
@@ -67,31 +70,59 @@ def _read_one(store: Any, t: Target, budget: int, committed: bool) -> PartRead:
         limit = nxt if not committed else lso
         if t.offset >= limit or budget <= 0:
             return out
-        tx = store.transactions.snapshot() if committed else None
         max_bytes = max(1, min(t.max_bytes, budget))
-        res = store.read(
-            tid,
-            offset=t.offset,
-            max_messages=min(MAX_MESSAGES, max(1, max_bytes // 16)),
-            max_bytes=max_bytes,
-            tx=tx,
-        )
+        # Alternate between produced batches still in the cache (near the head) and the
+        # store (older data, transactional records), until the budget or the limit.
+        chunks: list[bytes] = []
+        offset, used, tx = t.offset, 0, None
+        uuid, log_append = info.metadata.topic_uuid, info.config.log_append_time
+        while offset < limit and (not chunks or used < max_bytes):
+            cached, upto = cache.read(uuid, offset, limit, max_bytes - used, zstd_ok, not chunks)
+            if cached:
+                chunks += cached
+                used += sum(map(len, cached))
+                out.messages += upto - offset
+                offset = upto
+                continue
+            if committed and tx is None:
+                tx = store.transactions.snapshot()
+            room = max(1, max_bytes - used)
+            res = store.read(
+                tid,
+                offset=offset,
+                max_messages=min(MAX_MESSAGES, max(1, room // 16)),
+                max_bytes=room,
+                tx=tx,
+            )
+            if res.next_offset <= offset:
+                break  # nothing readable yet (or held at an open transaction)
+            chunk = encode_messages(res.messages, offset, res.next_offset, log_append)
+            chunks.append(chunk)
+            used += len(chunk)
+            out.messages += len(res.messages)
+            offset = res.next_offset
+            if res.held:
+                break
     except OffsetOutOfRange as exc:
         return PartRead(ErrorCode.OFFSET_OUT_OF_RANGE, exc.next_offset, -1, exc.earliest)
     except StorageError as exc:
         return PartRead(error_of(exc, f"fetch from {tid}")[0])
-    out.records = encode_messages(
-        res.messages, t.offset, res.next_offset, info.config.log_append_time
-    )
-    out.messages = len(res.messages)
+    out.records = b"".join(chunks)
     return out
 
 
-def _read_all(store: Any, targets: list[Target], max_bytes: int, committed: bool) -> list[PartRead]:
+def _read_all(
+    store: Any,
+    cache: BatchCache,
+    targets: list[Target],
+    max_bytes: int,
+    committed: bool,
+    zstd_ok: bool,
+) -> list[PartRead]:
     budget = max_bytes
     out = []
     for t in targets:
-        part = _read_one(store, t, budget, committed)
+        part = _read_one(store, cache, t, budget, committed, zstd_ok)
         budget -= len(part.records)
         out.append(part)
     return out
@@ -121,6 +152,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         )
     committed = ctx.version >= 4 and req.isolation_level == READ_COMMITTED
     max_bytes = req.max_bytes if ctx.version >= 3 else 0x7FFFFFFF
+    zstd_ok = ctx.version >= 10  # Kafka refuses zstd batches to older fetches
     grouped = await _targets(ctx, req)
     flat = [t for _ft, parts in grouped for t in parts]
     ctx.release()  # a long poll does not hold up the connection's next request
@@ -131,7 +163,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     with broker.notifier.subscribe(watched) as sub:
         while True:
             sub.rearm()  # before the read: a publish during it must still wake us
-            reads = await broker.run(_read_all, broker.store, flat, max_bytes, committed)
+            reads = await broker.run(
+                _read_all, broker.store, broker.batch_cache, flat, max_bytes, committed, zstd_ok
+            )
             size = sum(len(r.records) for r in reads)
             remaining = deadline - loop.time()
             if (

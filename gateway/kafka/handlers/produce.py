@@ -102,7 +102,14 @@ async def _prepare(ctx: RequestContext, info: TopicInfo, raw: Any) -> Outcome | 
         return _fail(*error_of(exc, f"produce to {info.id}"))
     # A task, not a bare coroutine: it must run to completion (producer state,
     # metrics) even if this request ends early (acks=0, closed connection).
-    return asyncio.ensure_future(_complete(ctx, info, fut, rec, key, batch, log_append))
+    # Batches that read back byte for byte as sent are kept for fetches near the head.
+    cacheable = (
+        wp is None
+        and not log_append
+        and batch.max_timestamp >= 0
+        and batch.records[0].timestamp >= 0
+    )
+    return asyncio.ensure_future(_complete(ctx, info, fut, rec, key, batch, log_append, cacheable))
 
 
 async def _complete(
@@ -113,6 +120,7 @@ async def _complete(
     key: str | None,
     batch: ProducedBatch,
     log_append: bool,
+    cacheable: bool = False,
 ) -> Outcome:
     broker = ctx.broker
     try:
@@ -125,6 +133,10 @@ async def _complete(
         return _fail(*error_of(exc, f"produce to {info.id}"))
     if rec is not None:
         broker.producers.completed(rec, result.base_offset, result.publish_ts)
+    if cacheable:
+        broker.batch_cache.put(
+            info.metadata.topic_uuid, result.base_offset, result.count, batch.raw
+        )
     broker.metrics.produced_messages.inc(result.count)
     broker.metrics.produced_bytes.inc(batch.size)
     return Outcome(ErrorCode.NONE, result.base_offset, result.publish_ts if log_append else -1)

@@ -1,0 +1,77 @@
+"""BatchCache: produced batches served back by offset, bounded, per topic generation."""
+
+from __future__ import annotations
+
+import struct
+
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from tmsgate.gateway.kafka.batch_cache import BatchCache
+from tmsgate.protocol import decode_batch
+
+
+def produced(n: int, compression: int = 0, base: int = 0) -> bytes:
+    b = DefaultRecordBatchBuilder(2, compression, 0, -1, -1, -1, 1 << 20)
+    for i in range(n):
+        b.append(i, 1_700_000_000_000 + i, b"k%d" % i, b"v%d" % i, [])
+    raw = bytes(b.build())
+    return struct.pack(">q", base) + raw[8:]
+
+
+def offsets(batches: list[bytes]) -> list[int]:
+    out = []
+    for raw in batches:
+        base = struct.unpack_from(">q", raw)[0]
+        out += [base + i for i, _ in enumerate(decode_batch(raw).records)]
+    return out
+
+
+def test_batches_come_back_with_their_assigned_offsets() -> None:
+    cache = BatchCache(1 << 20)
+    cache.put(b"t1", 0, 3, produced(3))
+    cache.put(b"t1", 3, 2, produced(2))
+    got, nxt = cache.read(b"t1", 0, 5, 1 << 20, True)
+    assert offsets(got) == [0, 1, 2, 3, 4] and nxt == 5
+    # from inside a batch: the whole batch holding the offset, as Kafka sends it
+    got, nxt = cache.read(b"t1", 1, 5, 1 << 20, True)
+    assert offsets(got) == [0, 1, 2, 3, 4] and nxt == 5
+    # CRC still valid after the offset rewrite (decode_batch checks it)
+    assert decode_batch(got[1]).records[0].value == b"v0"
+
+
+def test_limit_budget_gaps_and_generations() -> None:
+    cache = BatchCache(1 << 20)
+    cache.put(b"t1", 0, 3, produced(3))
+    cache.put(b"t1", 5, 2, produced(2))  # offsets 3-4 not cached (say, transactional)
+    got, nxt = cache.read(b"t1", 0, 10, 1 << 20, True)
+    assert offsets(got) == [0, 1, 2] and nxt == 3
+    assert cache.read(b"t1", 3, 10, 1 << 20, True) == ([], 3)
+    # never past the limit (high watermark / last stable offset)
+    assert cache.read(b"t1", 5, 6, 1 << 20, True) == ([], 5)
+    # the first batch comes whole; later ones only within the budget
+    one = len(produced(3))
+    got, nxt = cache.read(b"t1", 0, 10, 1, True)
+    assert len(got) == 1 and nxt == 3
+    assert cache.read(b"t1", 0, 10, one - 1, True, first_whole=False) == ([], 0)
+    # another generation of the topic has its own id
+    assert cache.read(b"t2", 0, 10, 1 << 20, True) == ([], 0)
+    cache.drop_topic(b"t1")
+    assert cache.read(b"t1", 0, 10, 1 << 20, True) == ([], 0) and cache.size == 0
+
+
+def test_zstd_only_for_fetch_versions_that_accept_it() -> None:
+    cache = BatchCache(1 << 20)
+    cache.put(b"t", 0, 3, produced(3, compression=4))
+    assert cache.read(b"t", 0, 3, 1 << 20, False) == ([], 0)
+    got, _ = cache.read(b"t", 0, 3, 1 << 20, True)
+    assert offsets(got) == [0, 1, 2]
+
+
+def test_bounded_oldest_go_first() -> None:
+    size = len(produced(3))
+    cache = BatchCache(size * 2)
+    for i in range(4):
+        cache.put(b"t", i * 3, 3, produced(3))
+    assert cache.size <= size * 2
+    assert cache.read(b"t", 0, 12, 1 << 20, True) == ([], 0)
+    assert offsets(cache.read(b"t", 6, 12, 1 << 20, True)[0]) == list(range(6, 12))
+    BatchCache(0).put(b"t", 0, 3, produced(3))  # 0 turns the cache off
