@@ -77,10 +77,10 @@ class MessageId(bytes):
         return f"MessageId({self.hex()})"
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One message to publish. ``meta`` is opaque to the store (the gateway keeps Kafka's
-    key, headers and client timestamp there); ``ttl_ms`` may only shorten the topic's TTL."""
+    key, headers and client timestamp there); ``ttl_ms`` may only shorten the topic's TTL.
+    A tuple: produce builds one per Kafka record."""
 
     payload: bytes | None
     meta: bytes | None = None

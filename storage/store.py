@@ -59,6 +59,8 @@ _ROW_HEAD = keys.ROW_HEAD
 _SUFFIX = keys.MESSAGE_SUFFIX
 _U64 = keys.U64
 _F_PAYLOAD = keys.F_PAYLOAD
+_F_PAYLOAD_META = keys.F_PAYLOAD | keys.F_META
+_META_LEN = keys.META_LEN.pack
 
 
 def wall_clock_ms() -> int:
@@ -247,6 +249,10 @@ class Store:
                 value = head(_F_PAYLOAD, off, 1) + item
             elif type(item) is bytes:
                 value = keys.encode_row(off, 1, item, wp)
+            elif wp is None and item[2] is None and item[1] is not None and item[0] is not None:
+                # The Kafka record's row: payload and meta, no t column, no ttl.
+                meta = item[1]
+                value = head(_F_PAYLOAD_META, off, 1) + _META_LEN(len(meta)) + meta + item[0]
             else:
                 value = keys.encode_row(off, 1, item.payload, wp, item.meta, item.ttl_ms)  # type: ignore[union-attr]
             append((prefix + suffix, value))

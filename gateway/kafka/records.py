@@ -38,21 +38,24 @@ def write_pointer_of(value: bytes | None) -> int:
 def to_entries(records: Sequence[Any]) -> tuple[list[Entry], int | None]:
     """-> (entries, write pointer or None). All records of a batch must agree on the
     write pointer: one batch is one publish, so it gets one set of offsets."""
-    entries = []
+    entries: list[Entry] = []
+    append = entries.append
     pointers: set[int | None] = set()
     for rec in records:
         headers = rec.headers
+        if not headers:  # hot path: most records carry no headers
+            append(Entry(rec.value, encode_meta(rec.key, (), rec.timestamp)))
+            pointers.add(None)
+            continue
         wp = None
-        if headers:
-            kept = []
-            for name, value in headers:
-                if name == TX_HEADER:
-                    wp = write_pointer_of(value)
-                else:
-                    kept.append((name, value))
-            headers = kept
+        kept = []
+        for name, value in headers:
+            if name == TX_HEADER:
+                wp = write_pointer_of(value)
+            else:
+                kept.append((name, value))
         pointers.add(wp)
-        entries.append(Entry(rec.value, encode_meta(rec.key, headers, rec.timestamp)))
+        append(Entry(rec.value, encode_meta(rec.key, kept, rec.timestamp)))
     if len(pointers) > 1:
         raise InvalidRecords(
             f"all records of a batch must carry the same {TX_HEADER} (or none); "
