@@ -27,7 +27,7 @@ from ._errors import (
     ProtocolError,
     UnsupportedMessageFormat,
 )
-from ._meta import decode_meta, encode_meta, meta_timestamp
+from ._meta import decode_meta, encode_meta, meta_timestamp, pack_timestamp_meta
 from ._records import (
     FetchRecord,
     ProducedBatch,
@@ -74,6 +74,7 @@ __all__ = [
     "encode_meta",
     "encode_response",
     "meta_timestamp",
+    "pack_timestamp_meta",
     "parse_header",
     "request_class",
     "request_classes",

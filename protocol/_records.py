@@ -124,9 +124,8 @@ def decode_batch(raw: memoryview | bytes) -> ProducedBatch:
     if len(records) != count:
         raise CorruptRecords(f"batch declares {count} records but holds {len(records)}")
     base = fields[0]
-    for i, record in enumerate(records):
-        if record.offset - base != i:
-            raise InvalidRecords("record offsets in the batch are not consecutive from 0")
+    if [r.offset for r in records] != list(range(base, base + count)):
+        raise InvalidRecords("record offsets in the batch are not consecutive from 0")
     return ProducedBatch(
         producer_id,
         producer_epoch,

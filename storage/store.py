@@ -7,6 +7,7 @@ returns and concurrent writers share fsyncs. Reads run on the caller's thread.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -60,7 +61,7 @@ _SUFFIX = keys.MESSAGE_SUFFIX
 _U64 = keys.U64
 _F_PAYLOAD = keys.F_PAYLOAD
 _F_PAYLOAD_META = keys.F_PAYLOAD | keys.F_META
-_META_LEN = keys.META_LEN.pack
+_ROW_HEAD_META = struct.Struct(keys.ROW_HEAD.format + "I")  # the head, then meta's length
 
 
 def wall_clock_ms() -> int:
@@ -235,7 +236,7 @@ class Store:
         base = off = st.next_offset
         prefix, index_prefix = st.msg_prefix, st.index_prefix
         append = batch.mutations.append
-        pack, head = _SUFFIX.pack, _ROW_HEAD.pack
+        pack, head, head_meta = _SUFFIX.pack, _ROW_HEAD.pack, _ROW_HEAD_META.pack
         first = None
         for item in entries:
             seq += 1
@@ -249,12 +250,13 @@ class Store:
                 value = head(_F_PAYLOAD, off, 1) + item
             elif type(item) is bytes:
                 value = keys.encode_row(off, 1, item, wp)
-            elif wp is None and item[2] is None and item[1] is not None and item[0] is not None:
-                # The Kafka record's row: payload and meta, no t column, no ttl.
-                meta = item[1]
-                value = head(_F_PAYLOAD_META, off, 1) + _META_LEN(len(meta)) + meta + item[0]
             else:
-                value = keys.encode_row(off, 1, item.payload, wp, item.meta, item.ttl_ms)  # type: ignore[union-attr]
+                payload, meta, ttl = item  # an Entry, or a plain tuple of the same shape
+                if wp is None and ttl is None and meta is not None and payload is not None:
+                    # A Kafka record's row: payload and meta, no t column, no ttl; one copy.
+                    value = b"".join((head_meta(_F_PAYLOAD_META, off, 1, len(meta)), meta, payload))
+                else:
+                    value = keys.encode_row(off, 1, payload, wp, meta, ttl)
             append((prefix + suffix, value))
             if off % keys.INDEX_INTERVAL == 0:
                 append((index_prefix + _U64.pack(off), suffix))
@@ -346,7 +348,8 @@ class Store:
                 if type(item) is bytes:
                     value = keys.encode_row(0, 0, item)
                 else:
-                    value = keys.encode_row(0, 0, item.payload, None, item.meta, item.ttl_ms)  # type: ignore[union-attr]
+                    payload, meta, ttl = item
+                    value = keys.encode_row(0, 0, payload, None, meta, ttl)
                 batch.mutations.append((prefix + keys.PAYLOAD_ROW.pack(ts, seq), value))
             stored[:] = [count + len(entries), ts, seq]
 

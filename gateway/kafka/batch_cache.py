@@ -45,7 +45,7 @@ class BatchCache:
         """Keep a produced batch now that its records start at ``base_offset``."""
         if self.max_bytes <= 0 or len(raw) > self.max_bytes:
             return
-        data = _BASE_OFFSET.pack(base_offset) + bytes(raw[8:])
+        data = b"".join((_BASE_OFFSET.pack(base_offset), memoryview(raw)[8:]))
         with self._lock:
             tb = self._topics.setdefault(topic_id, _TopicBatches())
             if base_offset in tb.batches:
