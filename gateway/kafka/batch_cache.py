@@ -29,7 +29,8 @@ _ATTRIBUTES_AT = 21  # v2 header: base offset 8, length 4, epoch 4, magic 1, crc
 @dataclass(slots=True)
 class _TopicBatches:
     bases: list[int] = field(default_factory=list)  # ascending
-    batches: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # base -> (last, bytes)
+    # base -> (last offset, the new first 8 bytes, the rest of the batch as received)
+    batches: dict[int, tuple[int, bytes, memoryview]] = field(default_factory=dict)
 
 
 class BatchCache:
@@ -42,10 +43,14 @@ class BatchCache:
         self._lock = threading.Lock()
 
     def put(self, topic_id: bytes, base_offset: int, count: int, raw: bytes | memoryview) -> None:
-        """Keep a produced batch now that its records start at ``base_offset``."""
+        """Keep a produced batch now that its records start at ``base_offset``.
+
+        ``raw`` must be immutable (a view of a received request): it is kept, not copied,
+        and only its base offset is replaced, at read time, by the stored 8 bytes."""
         if self.max_bytes <= 0 or len(raw) > self.max_bytes:
             return
-        data = b"".join((_BASE_OFFSET.pack(base_offset), memoryview(raw)[8:]))
+        head, body = _BASE_OFFSET.pack(base_offset), memoryview(raw)[8:]
+        size = len(raw)
         with self._lock:
             tb = self._topics.setdefault(topic_id, _TopicBatches())
             if base_offset in tb.batches:
@@ -54,9 +59,9 @@ class BatchCache:
                 tb.bases.append(base_offset)
             else:
                 bisect.insort(tb.bases, base_offset)
-            tb.batches[base_offset] = (base_offset + count - 1, data)
-            self._order[(topic_id, base_offset)] = len(data)
-            self.size += len(data)
+            tb.batches[base_offset] = (base_offset + count - 1, head, body)
+            self._order[(topic_id, base_offset)] = size
+            self.size += size
             while self.size > self.max_bytes:
                 self._evict_oldest()
 
@@ -68,12 +73,13 @@ class BatchCache:
         max_bytes: int,
         zstd_ok: bool,
         first_whole: bool = True,
-    ) -> tuple[list[bytes], int]:
+    ) -> tuple[list[bytes | memoryview], int]:
         """Cached batches from the one holding ``offset`` on, contiguous, ending before
-        ``limit`` (the high watermark or last stable offset); -> (batches, next offset).
+        ``limit`` (the high watermark or last stable offset); -> (chunks to concatenate,
+        two per batch, and the next offset).
         With ``first_whole`` the first batch comes whatever its size, as Kafka does for
         the first batch of a response."""
-        out: list[bytes] = []
+        out: list[bytes | memoryview] = []
         size = 0
         with self._lock:
             tb = self._topics.get(topic_id)
@@ -82,15 +88,15 @@ class BatchCache:
             i = bisect.bisect_right(tb.bases, offset) - 1
             while 0 <= i < len(tb.bases):
                 base = tb.bases[i]
-                last, data = tb.batches[base]
+                last, head, body = tb.batches[base]
                 if base > offset or last < offset or last >= limit:
                     break
-                if not zstd_ok and data[_ATTRIBUTES_AT + 1] & _COMPRESSION_MASK == ZSTD:
+                if not zstd_ok and body[_ATTRIBUTES_AT - 8 + 1] & _COMPRESSION_MASK == ZSTD:
                     break
-                if (out or not first_whole) and size + len(data) > max_bytes:
+                if (out or not first_whole) and size + 8 + len(body) > max_bytes:
                     break
-                out.append(data)
-                size += len(data)
+                out += (head, body)
+                size += 8 + len(body)
                 offset = last + 1
                 i += 1
             if out:

@@ -73,7 +73,7 @@ def _read_one(
         max_bytes = max(1, min(t.max_bytes, budget))
         # Alternate between produced batches still in the cache (near the head) and the
         # store (older data, transactional records), until the budget or the limit.
-        chunks: list[bytes] = []
+        chunks: list[bytes | memoryview] = []
         offset, used, tx = t.offset, 0, None
         uuid, log_append = info.metadata.topic_uuid, info.config.log_append_time
         while offset < limit and (not chunks or used < max_bytes):
