@@ -179,6 +179,28 @@ class KafkaConnection:
                 break
         return events, pos
 
+    def frame_size(self, prefix: bytes) -> int:
+        """The size in a frame's 4-byte length prefix, for a caller that reads whole frames
+        itself (see receive_frame). Raises FrameTooLarge before anything is allocated."""
+        if self._broken:
+            raise ConnectionClosed("connection already failed; no more data is accepted")
+        (size,) = _SIZE.unpack(prefix)
+        if size < 0 or size > self.max_frame_bytes:
+            self._broken = True
+            raise FrameTooLarge(size, self.max_frame_bytes)
+        return size
+
+    def receive_frame(self, frame: bytes) -> list[Event]:
+        """One whole frame (without its length prefix), read by the caller: saves copying
+        large requests through the stream buffer. Same events as receive_data."""
+        if self._broken:
+            raise ConnectionClosed("connection already failed; no more data is accepted")
+        try:
+            return [decode_request(frame)]
+        except MalformedRequest as exc:
+            self._broken = True
+            return [self._bad_frame(bytes(frame[:8]), str(exc))]
+
     def bytes_needed(self) -> int:
         """How many more bytes complete the frame being received (0 if unknown)."""
         pending = len(self._buf) - self._pos

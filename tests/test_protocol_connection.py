@@ -65,6 +65,35 @@ def test_byte_by_byte_equals_whole() -> None:
     assert [(r.api_key, r.correlation_id) for r in dribbled] == [(3, 1), (18, 9), (3, 1)]
 
 
+def test_whole_frames_read_by_the_caller_equal_the_stream() -> None:
+    stream = METADATA_V1 + API_VERSIONS_V3
+    conn = KafkaConnection()
+    events, pos = [], 0
+    while pos < len(stream):
+        size = conn.frame_size(stream[pos : pos + 4])
+        events += conn.receive_frame(stream[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+    expected = KafkaConnection().receive_data(stream)
+    assert [(r.api_key, r.correlation_id) for r in events] == [
+        (r.api_key, r.correlation_id) for r in expected
+    ]
+
+
+@pytest.mark.parametrize("size", [101, -1])
+def test_frame_size_refuses_before_the_body(size: int) -> None:
+    conn = KafkaConnection(max_frame_bytes=100)
+    with pytest.raises(FrameTooLarge):
+        conn.frame_size(struct.pack(">i", size))
+    with pytest.raises(ConnectionClosed):
+        conn.receive_frame(METADATA_V1[4:])
+
+
+def test_bad_whole_frame_breaks_the_connection() -> None:
+    conn = KafkaConnection()
+    (event,) = conn.receive_frame(struct.pack(">hhih", 0, 9, 42, 0) + b"\xff\xff")
+    assert isinstance(event, BadFrame) and event.correlation_id == 42 and conn.broken
+
+
 def test_bytes_needed() -> None:
     conn = KafkaConnection()
     assert conn.bytes_needed() == 4

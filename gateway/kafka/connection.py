@@ -83,22 +83,25 @@ class ConnectionDriver:
 
     # --- reading ------------------------------------------------------------------------
     async def _read_loop(self) -> None:
+        # Whole frames are read straight out of the stream (length, then body), so a large
+        # produce request is copied once from the socket buffer and decoded in place.
         while True:
             try:
-                data = await self.reader.read(READ_SIZE)
+                prefix = await self.reader.readexactly(4)
+                self._last_activity = time.monotonic()
+                size = self.conn.frame_size(prefix)
+                frame = await self.reader.readexactly(size)
+            except asyncio.IncompleteReadError:
+                return  # closed by the peer (mid-frame or between frames)
             except (ConnectionError, OSError) as exc:
                 log.info("connection %s: read failed: %s", self.peer, exc)
                 return
-            if not data:
-                return
-            self._last_activity = time.monotonic()
-            try:
-                events = self.conn.receive_data(data)
             except FrameTooLarge as exc:
                 self.broker.metrics.bad_frames.inc()
                 log.warning("closing connection %s: %s (socket.request.max.bytes)", self.peer, exc)
                 return
-            for event in events:
+            self._last_activity = time.monotonic()
+            for event in self.conn.receive_frame(frame):
                 if isinstance(event, BadFrame):
                     self.broker.metrics.bad_frames.inc()
                     log.warning(
