@@ -7,13 +7,13 @@ returns and concurrent writers share fsyncs. Reads run on the caller's thread.
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 
 from . import keys, reader
+from .append import Item, RowAppender
 from .backend import Backend, Mutation, open_backend
 from .errors import (
     InvalidTransaction,
@@ -25,7 +25,6 @@ from .errors import (
     TransactionNotInProgress,
 )
 from .ids import (
-    Entry,
     Message,
     MessageId,
     PublishResult,
@@ -36,7 +35,6 @@ from .ids import (
 )
 from .janitor import Janitor
 from .topics import (
-    OpenTxRow,
     TopicState,
     decode_metadata,
     encode_metadata,
@@ -49,19 +47,15 @@ from .writer import Batch, Writer
 
 log = logging.getLogger(__name__)
 
-Item = bytes | Entry
+
 TxArg = Transaction | int | None
 StateUpdates = Mapping[tuple[str, str], bytes | None]
 # State may depend on where the messages landed: a callable gets the PublishResult.
 StateArg = StateUpdates | Callable[[PublishResult], StateUpdates] | None
 Listener = Callable[[TopicId, int], None]
 
-_ROW_HEAD = keys.ROW_HEAD
 _SUFFIX = keys.MESSAGE_SUFFIX
 _U64 = keys.U64
-_F_PAYLOAD = keys.F_PAYLOAD
-_F_PAYLOAD_META = keys.F_PAYLOAD | keys.F_META
-_ROW_HEAD_META = struct.Struct(keys.ROW_HEAD.format + "I")  # the head, then meta's length
 
 
 def wall_clock_ms() -> int:
@@ -91,6 +85,7 @@ class Store:
         self._listeners: list[Listener] = []
         self._closed = False
         self._writer = Writer(backend, on_failure=self._reload)
+        self._rows = RowAppender(backend, self._clock, self._made_visible)
         self.transactions = TransactionManager(
             backend, self._writer.mutate, self._clock, on_finish=self._tx_finished
         )
@@ -202,9 +197,9 @@ class Store:
                 raise TransactionNotInProgress(wp)
             saved = (st.last_ts, st.last_seq, st.next_offset)
             if entries:
-                result = self._append(batch, st, entries, wp)
+                result = self._rows.append(batch, st, entries, wp)
             else:
-                result = self._append_reference(batch, st, wp)  # type: ignore[arg-type]
+                result = self._rows.append_reference(batch, st, wp)  # type: ignore[arg-type]
             if state_mutations is None:
                 try:
                     updates = _state_mutations(state(result))  # type: ignore[operator]
@@ -222,102 +217,6 @@ class Store:
 
         return self._writer.submit(op)
 
-    def _allocate(self, st: TopicState, n: int) -> tuple[int, int]:
-        """The (ts, seq) before the first of ``n`` new rows; never goes back in time."""
-        now = self._clock()
-        if now > st.last_ts:
-            return now, -1
-        return st.last_ts, st.last_seq
-
-    def _append(
-        self, batch: Batch, st: TopicState, entries: list[Item], wp: int | None
-    ) -> PublishResult:
-        ts, seq = self._allocate(st, len(entries))
-        base = off = st.next_offset
-        prefix, index_prefix = st.msg_prefix, st.index_prefix
-        append = batch.mutations.append
-        pack, head, head_meta = _SUFFIX.pack, _ROW_HEAD.pack, _ROW_HEAD_META.pack
-        first = None
-        for item in entries:
-            seq += 1
-            if seq > keys.MAX_SEQ:  # the 65,536th message of a millisecond takes the next one
-                ts += 1
-                seq = 0
-            suffix = pack(ts, seq)
-            if first is None:
-                first = suffix
-            if wp is None and type(item) is bytes:
-                value = head(_F_PAYLOAD, off, 1) + item
-            elif type(item) is bytes:
-                value = keys.encode_row(off, 1, item, wp)
-            else:
-                payload, meta, ttl = item  # an Entry, or a plain tuple of the same shape
-                if wp is None and ttl is None and meta is not None and payload is not None:
-                    # A Kafka record's row: payload and meta, no t column, no ttl; one copy.
-                    value = b"".join((head_meta(_F_PAYLOAD_META, off, 1, len(meta)), meta, payload))
-                else:
-                    value = keys.encode_row(off, 1, payload, wp, meta, ttl)
-            append((prefix + suffix, value))
-            if off % keys.INDEX_INTERVAL == 0:
-                append((index_prefix + _U64.pack(off), suffix))
-            off += 1
-        st.last_ts, st.last_seq, st.next_offset = ts, seq, off
-        assert first is not None
-        f_ts, f_seq = _SUFFIX.unpack(first)
-        rollback = None
-        if wp is not None:
-            rollback = RollbackDetail(wp, f_ts, f_seq, ts, seq)
-            self._watch_tx_row(batch, st, wp, base)
-        batch.after.append(lambda: self._made_visible(st, off))
-        return PublishResult(
-            base,
-            len(entries),
-            MessageId(first + bytes(10)),
-            MessageId(pack(ts, seq) + bytes(10)),
-            f_ts,
-            rollback,
-        )
-
-    def _watch_tx_row(self, batch: Batch, st: TopicState, wp: int, base: int) -> None:
-        batch.mutations.append((st.open_tx_prefix + keys.OPEN_TX_SUFFIX.pack(wp, base), b""))
-        with st.lock:
-            st.open_tx_rows.append(OpenTxRow(base, wp))
-
-    def _check_unreferenced(self, st: TopicState, wp: int) -> None:
-        marker = self._backend.get(st.referenced_prefix + _U64.pack(wp))
-        if wp in st.published_refs or marker is not None:
-            st.published_refs.add(wp)
-            raise InvalidTransaction(f"payloads of write pointer {wp} were already published")
-
-    def _append_reference(self, batch: Batch, st: TopicState, wp: int) -> PublishResult:
-        self._check_unreferenced(st, wp)
-        count = self._stored(st, wp)[0]
-        if count == 0:
-            return PublishResult(st.next_offset, 0, None, None, 0, None)
-        ts, seq = self._allocate(st, 1)
-        seq += 1
-        if seq > keys.MAX_SEQ:
-            ts, seq = ts + 1, 0
-        suffix = _SUFFIX.pack(ts, seq)
-        base = st.next_offset
-        batch.mutations.append(
-            (st.msg_prefix + suffix, keys.encode_row(base, count, None, wp, reference=True))
-        )
-        if (
-            base % keys.INDEX_INTERVAL == 0
-            or base // keys.INDEX_INTERVAL != (base + count - 1) // keys.INDEX_INTERVAL
-        ):
-            batch.mutations.append((st.index_prefix + _U64.pack(base), suffix))
-        batch.mutations.append((st.referenced_prefix + _U64.pack(wp), b""))
-        st.last_ts, st.last_seq, st.next_offset = ts, seq, base + count
-        st.published_refs.add(wp)
-        st.stored.pop(wp, None)
-        self._watch_tx_row(batch, st, wp, base)
-        end = base + count
-        batch.after.append(lambda: self._made_visible(st, end))
-        mid = MessageId(suffix + bytes(10))
-        return PublishResult(base, count, mid, mid, ts, RollbackDetail(wp, ts, seq, ts, seq))
-
     def store(self, topic: TopicId, items: Sequence[Item], tx: Transaction | int) -> None:
         self.store_async(topic, items, tx).result()
 
@@ -334,8 +233,8 @@ class Store:
             st = self._state(topic)
             if not self.transactions.is_in_progress(wp):
                 raise TransactionNotInProgress(wp)
-            self._check_unreferenced(st, wp)
-            stored = self._stored(st, wp)
+            self._rows.check_unreferenced(st, wp)
+            stored = self._rows.stored(st, wp)
             count, ts, seq = stored
             now = self._clock()
             if now > ts:  # per write pointer, write times never go back: keys stay unique
@@ -354,18 +253,6 @@ class Store:
             stored[:] = [count + len(entries), ts, seq]
 
         return self._writer.submit(op)
-
-    def _stored(self, st: TopicState, wp: int) -> list[int]:
-        """[rows, last write_ts, last pseq] of a write pointer's PayloadTable rows."""
-        stored = st.stored.get(wp)
-        if stored is None:
-            prefix = st.payload_prefix + _U64.pack(wp)
-            count, last = 0, (0, -1)
-            for key, _ in self._backend.scan(prefix, keys.prefix_end(prefix)):
-                count += 1
-                last = keys.PAYLOAD_ROW.unpack_from(key, len(prefix))
-            stored = st.stored[wp] = [count, *last]
-        return stored
 
     def rollback(self, topic: TopicId, detail: RollbackDetail) -> int:
         """Negate the t column of the rows a transactional publish wrote; -> rows changed.

@@ -1,0 +1,148 @@
+"""Appending rows: what publish writes into the MessageTable, in the writer's batch.
+
+Runs on the writer thread only. Each call validates first and then moves the topic's
+in-memory state (timestamps, sequence ids, offsets) forward, so a later operation in the
+same batch continues where this one ended; the rows become visible once the batch is
+durable (``on_visible``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from . import keys
+from .backend import Backend
+from .errors import InvalidTransaction
+from .ids import Entry, MessageId, PublishResult, RollbackDetail
+from .topics import OpenTxRow, TopicState
+from .writer import Batch
+
+_ROW_HEAD = keys.ROW_HEAD
+_ROW_HEAD_META = struct.Struct(keys.ROW_HEAD.format + "I")  # the head, then meta's length
+_SUFFIX = keys.MESSAGE_SUFFIX
+_U64 = keys.U64
+_F_PAYLOAD = keys.F_PAYLOAD
+_F_PAYLOAD_META = keys.F_PAYLOAD | keys.F_META
+
+Item = bytes | Entry
+
+
+class RowAppender:
+    def __init__(
+        self,
+        backend: Backend,
+        clock: Callable[[], int],
+        on_visible: Callable[[TopicState, int], None],
+    ) -> None:
+        self._backend = backend
+        self._clock = clock
+        self._on_visible = on_visible
+
+    def allocate(self, st: TopicState, n: int) -> tuple[int, int]:
+        """The (ts, seq) before the first of ``n`` new rows; never goes back in time."""
+        now = self._clock()
+        if now > st.last_ts:
+            return now, -1
+        return st.last_ts, st.last_seq
+
+    def append(
+        self, batch: Batch, st: TopicState, entries: list[Item], wp: int | None
+    ) -> PublishResult:
+        ts, seq = self.allocate(st, len(entries))
+        base = off = st.next_offset
+        prefix, index_prefix = st.msg_prefix, st.index_prefix
+        append = batch.mutations.append
+        pack, head, head_meta = _SUFFIX.pack, _ROW_HEAD.pack, _ROW_HEAD_META.pack
+        first = None
+        for item in entries:
+            seq += 1
+            if seq > keys.MAX_SEQ:  # the 65,536th message of a millisecond takes the next one
+                ts += 1
+                seq = 0
+            suffix = pack(ts, seq)
+            if first is None:
+                first = suffix
+            if wp is None and type(item) is bytes:
+                value = head(_F_PAYLOAD, off, 1) + item
+            elif type(item) is bytes:
+                value = keys.encode_row(off, 1, item, wp)
+            else:
+                payload, meta, ttl = item  # an Entry, or a plain tuple of the same shape
+                if wp is None and ttl is None and meta is not None and payload is not None:
+                    # A Kafka record's row: payload and meta, no t column, no ttl; one copy.
+                    value = b"".join((head_meta(_F_PAYLOAD_META, off, 1, len(meta)), meta, payload))
+                else:
+                    value = keys.encode_row(off, 1, payload, wp, meta, ttl)
+            append((prefix + suffix, value))
+            if off % keys.INDEX_INTERVAL == 0:
+                append((index_prefix + _U64.pack(off), suffix))
+            off += 1
+        st.last_ts, st.last_seq, st.next_offset = ts, seq, off
+        assert first is not None
+        f_ts, f_seq = _SUFFIX.unpack(first)
+        rollback = None
+        if wp is not None:
+            rollback = RollbackDetail(wp, f_ts, f_seq, ts, seq)
+            self.watch_tx_row(batch, st, wp, base)
+        batch.after.append(lambda: self._on_visible(st, off))
+        return PublishResult(
+            base,
+            len(entries),
+            MessageId(first + bytes(10)),
+            MessageId(pack(ts, seq) + bytes(10)),
+            f_ts,
+            rollback,
+        )
+
+    def watch_tx_row(self, batch: Batch, st: TopicState, wp: int, base: int) -> None:
+        batch.mutations.append((st.open_tx_prefix + keys.OPEN_TX_SUFFIX.pack(wp, base), b""))
+        with st.lock:
+            st.open_tx_rows.append(OpenTxRow(base, wp))
+
+    def check_unreferenced(self, st: TopicState, wp: int) -> None:
+        marker = self._backend.get(st.referenced_prefix + _U64.pack(wp))
+        if wp in st.published_refs or marker is not None:
+            st.published_refs.add(wp)
+            raise InvalidTransaction(f"payloads of write pointer {wp} were already published")
+
+    def append_reference(self, batch: Batch, st: TopicState, wp: int) -> PublishResult:
+        self.check_unreferenced(st, wp)
+        count = self.stored(st, wp)[0]
+        if count == 0:
+            return PublishResult(st.next_offset, 0, None, None, 0, None)
+        ts, seq = self.allocate(st, 1)
+        seq += 1
+        if seq > keys.MAX_SEQ:
+            ts, seq = ts + 1, 0
+        suffix = _SUFFIX.pack(ts, seq)
+        base = st.next_offset
+        batch.mutations.append(
+            (st.msg_prefix + suffix, keys.encode_row(base, count, None, wp, reference=True))
+        )
+        if (
+            base % keys.INDEX_INTERVAL == 0
+            or base // keys.INDEX_INTERVAL != (base + count - 1) // keys.INDEX_INTERVAL
+        ):
+            batch.mutations.append((st.index_prefix + _U64.pack(base), suffix))
+        batch.mutations.append((st.referenced_prefix + _U64.pack(wp), b""))
+        st.last_ts, st.last_seq, st.next_offset = ts, seq, base + count
+        st.published_refs.add(wp)
+        st.stored.pop(wp, None)
+        self.watch_tx_row(batch, st, wp, base)
+        end = base + count
+        batch.after.append(lambda: self._on_visible(st, end))
+        mid = MessageId(suffix + bytes(10))
+        return PublishResult(base, count, mid, mid, ts, RollbackDetail(wp, ts, seq, ts, seq))
+
+    def stored(self, st: TopicState, wp: int) -> list[int]:
+        """[rows, last write_ts, last pseq] of a write pointer's PayloadTable rows."""
+        stored = st.stored.get(wp)
+        if stored is None:
+            prefix = st.payload_prefix + _U64.pack(wp)
+            count, last = 0, (0, -1)
+            for key, _ in self._backend.scan(prefix, keys.prefix_end(prefix)):
+                count += 1
+                last = keys.PAYLOAD_ROW.unpack_from(key, len(prefix))
+            stored = st.stored[wp] = [count, *last]
+        return stored
