@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tmsgate.storage import (
+    TX_PER_MS,
     BackendError,
     MessageId,
     StorageError,
@@ -27,7 +28,6 @@ from tmsgate.storage import (
     TopicId,
     open_store,
 )
-from tmsgate.storage.transactions import TX_PER_MS
 
 DEFAULT_STORE = "leveldb://./data"
 

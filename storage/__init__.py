@@ -26,9 +26,10 @@ from .ids import (
     TopicMetadata,
 )
 from .store import Store, open_store
-from .transactions import Transaction, TransactionManager, Visibility
+from .transactions import TX_PER_MS, Transaction, TransactionManager, Visibility
 
 __all__ = [
+    "TX_PER_MS",
     "Backend",
     "BackendError",
     "Entry",
