@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="memory for produced record batches kept for consumers near the head (0: off)",
     )
     s.add_argument(
+        "--janitor-interval-s",
+        type=float,
+        default=float(_env("TMSGATE_JANITOR_INTERVAL_S", "60") or 0),
+        help="how often expired and deleted data is removed from disk (0: never)",
+    )
+    s.add_argument(
         "--log-level",
         default=_env("TMSGATE_LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING, ... (env TMSGATE_LOG_LEVEL)",
@@ -131,6 +137,7 @@ def _config(args: argparse.Namespace) -> object:
         idle_timeout_s=args.idle_timeout_ms / 1000,
         default_max_message_bytes=args.max_message_bytes,
         fetch_cache_bytes=max(0, args.fetch_cache_mb) << 20,
+        janitor_interval_s=args.janitor_interval_s,
     )
 
 

@@ -59,14 +59,14 @@ def _clean_topic(store: Store, md: TopicMetadata) -> int:
     backend = store._backend
     deleted = 0
     for table in (keys.MESSAGE, keys.PAYLOAD, keys.OFFSET_INDEX, keys.REFERENCED, keys.OPEN_TX):
+        # Only generations at or below the one read here: the topic may have been deleted
+        # and re-created since, and a newer generation's rows must not be touched.
         whole = keys.all_generations_prefix(table, md.topic)
         if md.generation > 0:
-            current = keys.data_prefix(table, md.topic, md.generation)
-            ranges = [(whole, current), (keys.prefix_end(current), keys.prefix_end(whole))]
+            stop = keys.data_prefix(table, md.topic, md.generation)  # older ones only
         else:
-            ranges = [(whole, keys.prefix_end(whole))]
-        for start, stop in ranges:
-            deleted += _delete_keys(store, (k for k, _ in backend.scan(start, stop)))
+            stop = keys.prefix_end(keys.data_prefix(table, md.topic, -md.generation))
+        deleted += _delete_keys(store, (k for k, _ in backend.scan(whole, stop)))
     if md.generation > 0:
         deleted += _forget_finished_tx_rows(store, md)
         if md.ttl_ms is not None:
@@ -91,6 +91,9 @@ def _forget_finished_tx_rows(store: Store, md: TopicMetadata) -> int:
 def _expire(store: Store, md: TopicMetadata) -> int:
     backend = store._backend
     st = store._state(md.topic)
+    if st.metadata.generation != md.generation:
+        return 0  # re-created meanwhile: the next pass sees the new generation
+    md = st.metadata  # the latest properties (ttl)
     cutoff = store._clock() - (md.ttl_ms or 0)
     if cutoff <= 0:
         return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import socket
 import struct
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from gateway_harness import GatewayProcess, RawClient, free_port
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from tmsgate.gateway.cli import build_parser, parse_address
 from tmsgate.protocol import ErrorCode
+from tmsgate.storage import TopicId, open_store
 
 
 def consume_all(bootstrap: str, topic: str) -> list[Any]:
@@ -155,3 +157,23 @@ def test_frame_size_limit_flag(tmp_path: Path) -> None:
         assert code == 0 and "above the limit of 1000 bytes" in log
     finally:
         gw.kill()
+
+
+def test_janitor_removes_expired_messages_from_disk(tmp_path: Path) -> None:
+    gw = GatewayProcess(tmp_path / "store", None, "--janitor-interval-s", "0.2").start()
+    try:
+        c = RawClient(("127.0.0.1", gw.port))
+        c.request(kr.create_topic("brief", configs={"retention.ms": "1000"}), 5)
+        assert kr.partition(c.request(kr.produce("brief", kr.batch(3)), 9)).error_code == 0
+        time.sleep(2.5)  # past the retention, and several janitor passes
+        c.close()
+        code, log = gw.terminate()
+        assert code == 0
+    finally:
+        gw.kill()
+    deleted = [line for line in log.splitlines() if "janitor:" in line and "rows_deleted" in line]
+    assert deleted, log
+    with open_store(f"leveldb://{tmp_path / 'store'}") as store:
+        t = TopicId("default", "brief")
+        assert store.offsets(t) == (3, 3)  # offsets kept their place after the rows went
+        assert store.poll(t, offset=3) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from collections.abc import Callable
@@ -31,7 +32,10 @@ async def serve(
     """Serve Kafka clients until SIGTERM/SIGINT (or ``stop`` is set)."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
-    store = await loop.run_in_executor(None, open_store, store_url)
+    janitor = config.janitor_interval_s if config.janitor_interval_s > 0 else None
+    store = await loop.run_in_executor(
+        None, functools.partial(open_store, store_url, janitor_interval_s=janitor)
+    )
     metrics = Metrics()
     broker = Broker(store, config, metrics=metrics)
     server = KafkaServer(broker)
