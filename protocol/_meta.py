@@ -18,7 +18,7 @@ import functools
 import struct
 from collections.abc import Sequence
 
-from ._errors import MalformedMeta
+from ._errors import InvalidRecords, MalformedMeta
 
 VERSION = 1
 HAS_TIMESTAMP = 1
@@ -63,12 +63,12 @@ def encode_meta(
         parts += (_U32.pack(len(key)), key)
     if headers:
         if len(headers) > 0xFFFF:
-            raise ValueError(f"{len(headers)} headers are more than a record may keep")
+            raise InvalidRecords(f"{len(headers)} headers are more than a record may keep")
         parts.append(_U16.pack(len(headers)))
         for name, value in headers:
             raw_name = name.encode("utf-8")
             if len(raw_name) > 0xFFFF:
-                raise ValueError("header name longer than 65535 bytes")
+                raise InvalidRecords("a header name is longer than 65535 bytes")
             parts += (_U16.pack(len(raw_name)), raw_name)
             if value is None:
                 parts.append(_I32.pack(-1))

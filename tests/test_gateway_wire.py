@@ -472,3 +472,18 @@ def test_delete_topic_by_id_and_describe_broker(client: RawClient) -> None:
     values = {c.name: c.value for c in cfg.configs}
     assert cfg.error_code == 0 and values["auto.create.topics.enable"] == "true"
     assert all(c.read_only for c in cfg.configs)
+
+
+def test_too_many_headers_is_an_invalid_record_not_a_closed_connection(
+    client: RawClient,
+) -> None:
+    headers = [("h", b"")] * 70_000  # more than the store's meta can keep
+    p = produce(client, "many-headers", kr.batch([(None, b"v", headers)]))
+    assert p.error_code == ErrorCode.INVALID_RECORD and "headers" in p.error_message
+    assert produce(client, "many-headers", kr.batch(1)).error_code == 0  # still served
+
+
+def test_oversized_batch_refused_before_decoding(client: RawClient) -> None:
+    big = kr.batch([(None, b"x" * 600_000, []), (None, b"y" * 600_000, [])])
+    p = produce(client, "too-big", big)
+    assert p.error_code == ErrorCode.MESSAGE_TOO_LARGE and "max.message.bytes" in p.error_message

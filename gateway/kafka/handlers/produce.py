@@ -15,8 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.producer import ProduceResponse
-from tmsgate.protocol import ApiKey, ErrorCode, ProducedBatch, ProtocolError, decode_records
-from tmsgate.storage import TopicNotFound
+from tmsgate.protocol import (
+    ApiKey,
+    ErrorCode,
+    ProducedBatch,
+    ProtocolError,
+    decode_batch,
+    split_batches,
+)
+from tmsgate.storage import StorageError, TopicNotFound
 
 from ..context import CloseConnection, RequestContext
 from ..errors import error_of
@@ -59,19 +66,24 @@ async def _duplicate(rec: BatchRecord, log_append: bool) -> Outcome:
 async def _prepare(ctx: RequestContext, info: TopicInfo, raw: Any) -> Outcome | Awaitable[Outcome]:
     """Validate and submit one partition's records; -> an outcome now, or one to await."""
     broker = ctx.broker
+    # Size first, from the batch header alone: an oversized batch is refused before any
+    # CRC, decompression or record parsing happens on the event loop.
     try:
-        batches = decode_records(raw)
+        views = split_batches(raw) if raw is not None else []
     except ProtocolError as exc:
         return _fail(getattr(exc, "code", ErrorCode.CORRUPT_MESSAGE), str(exc))
-    if len(batches) != 1:
+    if len(views) != 1:
         return _fail(ErrorCode.INVALID_RECORD, "a produce request carries one batch per partition")
-    batch: ProducedBatch = batches[0]
-    if batch.size > info.config.max_message_bytes:
+    if len(views[0]) > info.config.max_message_bytes:
         return _fail(
             ErrorCode.MESSAGE_TOO_LARGE,
-            f"batch of {batch.size} bytes exceeds max.message.bytes="
+            f"batch of {len(views[0])} bytes exceeds max.message.bytes="
             f"{info.config.max_message_bytes} of topic {info.name}",
         )
+    try:
+        batch: ProducedBatch = decode_batch(views[0])
+    except ProtocolError as exc:
+        return _fail(getattr(exc, "code", ErrorCode.CORRUPT_MESSAGE), str(exc))
     if batch.is_transactional:
         return _fail(
             ErrorCode.INVALID_RECORD,
@@ -125,6 +137,11 @@ async def _complete(
     broker = ctx.broker
     try:
         result = await broker.wait_future(fut)
+    except asyncio.CancelledError:
+        # Shutdown: settle the producer state so no retry waits on this batch forever.
+        if rec is not None and key is not None:
+            broker.producers.failed(key, rec, StorageError("the produce was cancelled"))
+        raise
     except Exception as exc:
         if rec is not None and key is not None:
             broker.producers.failed(key, rec, exc)
@@ -178,7 +195,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     for td, parts in pending:
         responses = []
         for index, outcome in parts:
-            done = outcome if isinstance(outcome, Outcome) else await outcome
+            # shield: the write goes on (and its producer state settles) even if this
+            # request is abandoned, e.g. when an earlier response on the connection fails.
+            done = outcome if isinstance(outcome, Outcome) else await asyncio.shield(outcome)
             if done.error:
                 ctx.broker.metrics.partition_errors.labels("Produce", done.error.name).inc()
             responses.append(
