@@ -400,9 +400,11 @@ class Store:
                 log.exception("store listener failed")
 
     def _tx_finished(self, wp: int) -> None:
+        # Every loaded topic, not only those still listing the pointer: a concurrent
+        # last_stable_offset() may already have pruned its rows, and read_committed long
+        # polls on those topics must still wake.
         for st in list(self._states.values()):
-            if any(r.write_pointer == wp for r in st.open_tx_rows):
-                self._notify(st.topic, st.visible_offset)
+            self._notify(st.topic, st.visible_offset)
 
     # --- small durable state (groups, producers, ...) -------------------------------------
     def get_state(self, area: str, key: str) -> bytes | None:

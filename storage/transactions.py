@@ -70,6 +70,7 @@ class TransactionManager:
         self._last_wp = 0
         self._in_progress: dict[int, int] = {}  # write pointer -> expiry (epoch ms)
         self._invalid: set[int] = set()
+        self._committing: set[int] = set()  # commit written, fsync not yet done
         self.reload(backend)
 
     def reload(self, backend: Backend) -> None:
@@ -105,11 +106,19 @@ class TransactionManager:
     def commit(self, tx: Transaction | int) -> None:
         wp = _wp(tx)
         with self._lock:
-            if wp not in self._in_progress:
+            if wp not in self._in_progress or wp in self._committing:
                 raise TransactionNotInProgress(wp)
-            del self._in_progress[wp]
+            self._committing.add(wp)
             done = self._persist([(_IN_PROGRESS + U64.pack(wp), None)])
-        done.result()
+        try:
+            done.result()
+        finally:
+            with self._lock:
+                self._committing.discard(wp)
+        # Visible as committed only now that the commit is on disk: a snapshot taken
+        # while the fsync ran still saw it in progress.
+        with self._lock:
+            self._in_progress.pop(wp, None)
         self._finished(wp)
 
     def abort(self, tx: Transaction | int) -> None:
@@ -119,7 +128,7 @@ class TransactionManager:
         invalid would read as committed."""
         wp = _wp(tx)
         with self._lock:
-            if wp not in self._in_progress:
+            if wp not in self._in_progress or wp in self._committing:
                 raise TransactionNotInProgress(wp)
             done = self._invalidate_locked(wp)
         done.result()

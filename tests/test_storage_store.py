@@ -1088,3 +1088,31 @@ def test_janitor_with_stale_metadata_never_touches_a_newer_generation(
     _clean_topic(store, store.all_topic_metadata()[0])  # a deleted topic: all of it goes
     store.create_topic(topic)
     assert store.poll(topic) == [] and deleted.generation == 2
+
+
+def test_commit_is_visible_only_once_durable(store: Store, topic: TopicId) -> None:
+    """A snapshot taken while the commit's fsync is still pending sees the transaction in
+    progress: a consumer must never read what a failed or lost commit would take back."""
+    tx = store.transactions.start(timeout_s=LONG)
+    store.publish(topic, [b"t"], tx=tx)
+    gate, inside = threading.Event(), threading.Event()
+
+    def hold(t: TopicId, next_offset: int) -> None:
+        if next_offset == 2:  # the publish below: hold the writer before the commit's batch
+            inside.set()
+            gate.wait(10)
+
+    store.add_listener(hold)
+    held = store.publish_async(topic, [b"x"])
+    assert inside.wait(10)
+    committer = threading.Thread(target=store.transactions.commit, args=(tx,))
+    committer.start()
+    time.sleep(0.05)  # the commit is queued behind the held batch, not yet durable
+    assert tx.write_pointer in store.transactions.snapshot().in_progress
+    with pytest.raises(TransactionNotInProgress):  # and it cannot be committed twice
+        store.transactions.commit(tx)
+    gate.set()
+    committer.join(10)
+    held.result(10)
+    assert tx.write_pointer not in store.transactions.snapshot().in_progress
+    assert [m.payload for m in store.poll(topic, tx=store.transactions.snapshot())] == [b"t", b"x"]

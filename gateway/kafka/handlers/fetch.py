@@ -62,7 +62,7 @@ def _read_one(
     tid = info.id
     try:
         earliest, nxt = store.offsets(tid)
-        lso = store.last_stable_offset(tid)
+        lso = min(store.last_stable_offset(tid), nxt)  # Kafka: LSO <= high watermark
         out = PartRead(ErrorCode.NONE, nxt, lso, earliest)
         if t.offset < earliest or t.offset > nxt:
             out.error = ErrorCode.OFFSET_OUT_OF_RANGE

@@ -87,7 +87,7 @@ def _first_at_or_after(store: Any, info: TopicInfo, target: int, end: int) -> tu
 def lookup(store: Any, info: TopicInfo, spec: int, committed: bool) -> tuple[int, int]:
     """Blocking (executor): -> (offset, timestamp); (-1, -1) when Kafka has no answer."""
     earliest, nxt = store.offsets(info.id)
-    end = store.last_stable_offset(info.id) if committed else nxt
+    end = min(store.last_stable_offset(info.id), nxt) if committed else nxt
     if spec == LATEST:
         return end, -1
     if spec in (EARLIEST, EARLIEST_LOCAL):
