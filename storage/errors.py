@@ -47,5 +47,10 @@ class OffsetOutOfRange(StorageError):
         self.next_offset = next_offset
 
 
+class StateConflict(StorageError):
+    """Raised by a publish's ``state`` callable to refuse the write: the state it would
+    record no longer follows what is durable. Only that publish fails."""
+
+
 class BackendError(StorageError):
     """The backend failed (I/O error, corruption, lock held by another process)."""

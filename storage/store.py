@@ -84,6 +84,7 @@ class Store:
         self._states: dict[TopicId, TopicState] = {}
         self._listeners: list[Listener] = []
         self._closed = False
+        self._write_failures = 0
         self._writer = Writer(backend, on_failure=self._reload)
         self._rows = RowAppender(backend, self._clock, self._made_visible)
         self.transactions = TransactionManager(
@@ -488,8 +489,14 @@ class Store:
                 self._states[topic] = st
             return st
 
+    @property
+    def write_failures(self) -> int:
+        """Durable writes that failed so far; state callables use it to drop their views."""
+        return self._write_failures
+
     def _reload(self) -> None:
         """After a failed durable write: forget in-memory state and re-read the backend."""
+        self._write_failures += 1
         with self._lock:
             self._metadata.clear()
             self._states.clear()

@@ -9,6 +9,7 @@ from tmsgate.storage import (
     InvalidTopicProperties,
     InvalidTransaction,
     OffsetOutOfRange,
+    StateConflict,
     StorageError,
     StoreClosed,
     TopicAlreadyExists,
@@ -26,6 +27,8 @@ _TABLE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (InvalidTopicProperties, ErrorCode.INVALID_CONFIG),
     (InvalidTransaction, ErrorCode.INVALID_TXN_STATE),
     (OffsetOutOfRange, ErrorCode.OFFSET_OUT_OF_RANGE),
+    # Only idempotent produce raises it: the batch no longer follows what is durable.
+    (StateConflict, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
     # A closing store: the client retries (KAFKA_STORAGE_ERROR is retriable) and
     # reconnects, to this gateway once it is back.
     (StoreClosed, ErrorCode.KAFKA_STORAGE_ERROR),

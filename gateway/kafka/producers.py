@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tmsgate.protocol import ErrorCode, ProducedBatch
-from tmsgate.storage import PublishResult
+from tmsgate.storage import PublishResult, StateConflict
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -133,6 +133,7 @@ class ProducerStates:
         self._broker = broker
         self._entries: OrderedDict[str, ProducerEntry] = OrderedDict()
         self._persisted: dict[str, ProducerEntry] = {}  # writer thread only
+        self._failures_seen = 0  # writer thread only
         self._ids_lock = asyncio.Lock()
         self._next_id = 0
         self._id_limit = 0
@@ -177,20 +178,29 @@ class ProducerStates:
         loop = asyncio.get_running_loop()
         rec = BatchRecord(batch.base_sequence, batch.last_sequence, done=loop.create_future())
         entry.batches.append(rec)
-        epoch = entry.epoch
-        # What was durable before this batch, as seen now (for the first write of a key).
-        before = [
-            BatchRecord(b.first_seq, b.last_seq, b.base_offset, b.log_append_time)
-            for b in list(entry.batches)[:-1]
-        ]
-        first, last = rec.first_seq, rec.last_seq
+        epoch, first, last = entry.epoch, rec.first_seq, rec.last_seq
+        store = self._broker.store
 
         def persist(result: PublishResult) -> dict[tuple[str, str], bytes | None]:
+            # On the writer thread, in write order. The check on the event loop passed
+            # against state that may include batches whose write then failed; here the
+            # batch is checked again against what is durable, so a gap never gets written.
+            if self._failures_seen != store.write_failures:
+                self._persisted.clear()  # a failed write: views may hold phantom batches
+                self._failures_seen = store.write_failures
             view = self._persisted.get(key)
-            if view is None or view.epoch != epoch:
-                view = ProducerEntry(epoch)
-                view.batches.extend(before if entry.epoch == epoch else [])
-                self._persisted[key] = view
+            if view is None:
+                view = self._persisted[key] = decode_entry(store.get_state(STATE_AREA, key))
+            if epoch != view.epoch:
+                if view.epoch != NO_EPOCH and epoch < view.epoch:
+                    raise StateConflict(f"producer epoch {epoch} was fenced by {view.epoch}")
+                view = self._persisted[key] = ProducerEntry(epoch)
+            expected = (view.last_seq + 1) % _SEQ_MOD
+            if first != expected:
+                raise StateConflict(
+                    f"sequence {first} does not follow the last written one ({view.last_seq});"
+                    " an earlier batch was not written"
+                )
             view.batches.append(BatchRecord(first, last, result.base_offset, result.publish_ts))
             if len(self._persisted) > MAX_CACHED:
                 self._persisted.pop(next(iter(self._persisted)))
@@ -209,7 +219,6 @@ class ProducerStates:
         # The write did not happen; forget the in-memory state so the next request
         # reloads what is durable (which does not include this batch).
         self._entries.pop(key, None)
-        self._persisted.pop(key, None)
         if rec.done is not None and not rec.done.done():
             rec.done.set_exception(exc)
             rec.done.exception()  # mark retrieved: nobody may be waiting on it
