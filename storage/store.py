@@ -111,12 +111,21 @@ class Store:
 
         return self._write(op)
 
-    def update_topic(self, topic: TopicId, properties: dict[str, str]) -> TopicMetadata:
-        """Replace all of a topic's properties."""
-        props = validate_properties(properties)
+    def update_topic(
+        self,
+        topic: TopicId,
+        properties: dict[str, str] | Callable[[dict[str, str]], dict[str, str]],
+    ) -> TopicMetadata:
+        """Replace all of a topic's properties. With a function, it receives the current
+        properties inside the writer and returns the new ones, so concurrent changes to
+        different properties do not overwrite each other."""
+        fixed = None if callable(properties) else validate_properties(properties)
 
         def op(batch: Batch) -> TopicMetadata:
             md = self._require(topic)
+            props = fixed
+            if props is None:
+                props = validate_properties(properties(dict(md.properties)))  # type: ignore[operator]
             md = TopicMetadata(topic, md.generation, props, md.topic_uuid, md.created_ms)
             batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(md)))
             with self._lock:
@@ -126,7 +135,7 @@ class Store:
                     st.metadata = md
             return md
 
-        return self._write(op)
+        return self._write(op)  # type: ignore[return-value]
 
     def delete_topic(self, topic: TopicId) -> None:
         """Negate the topic's generation: its data is invisible at once, cleaned up later."""

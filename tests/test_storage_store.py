@@ -1116,3 +1116,23 @@ def test_commit_is_visible_only_once_durable(store: Store, topic: TopicId) -> No
     held.result(10)
     assert tx.write_pointer not in store.transactions.snapshot().in_progress
     assert [m.payload for m in store.poll(topic, tx=store.transactions.snapshot())] == [b"t", b"x"]
+
+
+def test_update_topic_with_a_function_merges_concurrent_changes(
+    store: Store, topic: TopicId
+) -> None:
+    def setter(name: str, value: str):
+        return lambda current: {**current, name: value}
+
+    threads = [
+        threading.Thread(target=store.update_topic, args=(topic, setter(f"k{i}", str(i))))
+        for i in range(8)
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    props = store.get_topic(topic).properties
+    assert {f"k{i}": str(i) for i in range(8)}.items() <= props.items()
+    with pytest.raises(InvalidTopicProperties):
+        store.update_topic(topic, lambda current: {**current, "ttl": "-5"})

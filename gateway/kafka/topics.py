@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -107,7 +108,9 @@ class TopicRegistry:
         log.info("created topic %s (generation %d)", tid, md.generation)
         return self._info(md)
 
-    async def update(self, name: str, properties: dict[str, str]) -> TopicInfo:
+    async def update(
+        self, name: str, properties: dict[str, str] | Callable[[dict[str, str]], dict[str, str]]
+    ) -> TopicInfo:
         md = await self._broker.run(
             self._broker.store.update_topic, self.topic_id(name), properties
         )

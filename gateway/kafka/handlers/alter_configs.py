@@ -57,9 +57,11 @@ async def _alter(ctx: RequestContext, res: Any, incremental: bool, validate_only
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 f"topic {res.resource_name!r} does not exist",
             )
-        props = apply_configs(info.metadata.properties, changes)
+        apply_configs(info.metadata.properties, changes)  # validates; raises InvalidConfig
         if not validate_only:
-            await topics.update(res.resource_name, props)
+            # Applied again to the current properties inside the store's writer, so
+            # concurrent alterations of different configs both take effect.
+            await topics.update(res.resource_name, lambda current: apply_configs(current, changes))
     except InvalidConfig as exc:
         return ErrorCode.INVALID_CONFIG, str(exc)
     except InvalidTopicName as exc:
