@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tmsgate.kafka.topics")
 CACHE_SECONDS = 5.0
+UNKNOWN_ID_RESCAN_S = 1.0  # at most one full scan a second for unknown topic ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class TopicRegistry:
         self._broker = broker
         self._cache: dict[str, tuple[TopicInfo, float]] = {}
         self._by_uuid: dict[uuid.UUID, str] = {}
+        self._last_uuid_scan = float("-inf")
 
     def topic_id(self, name: str) -> TopicId:
         try:
@@ -147,7 +149,13 @@ class TopicRegistry:
             info = await self.get(name)
             if info is not None and info.uuid == topic_uuid:
                 return info
-        for info in await self.list():  # unknown id: maybe created elsewhere
+        # Unknown id: maybe created since we last looked. One scan answers every unknown
+        # id for a moment, so requests naming many unknown ids cost one scan, not many.
+        now = time.monotonic()
+        if now - self._last_uuid_scan < UNKNOWN_ID_RESCAN_S:
+            return None
+        self._last_uuid_scan = now
+        for info in await self.list():
             if info.uuid == topic_uuid:
                 return info
         return None

@@ -1,5 +1,6 @@
-"""InitProducerId for idempotent producers: a fresh producer id, or (KIP-360, v3+) the
-same id with the next epoch when the client asks to bump it after an error.
+"""InitProducerId for idempotent producers: always a fresh producer id with epoch 0, as
+Kafka answers requests without a transactional id (also a KIP-360 bump request: the
+client then simply continues under the new id, and no client can take over another's).
 
 Kafka transactions (a transactional.id) are not implemented: TMS transactions are
 used through the ``tms.tx.write_pointer`` record header instead."""
@@ -13,8 +14,6 @@ from tmsgate.protocol import ApiKey, ErrorCode
 from ..context import RequestContext
 from ..routes import Route
 
-MAX_EPOCH = 32767
-
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     if req.transactional_id is not None:
@@ -23,13 +22,6 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             error_code=ErrorCode.UNSUPPORTED_VERSION,
             producer_id=-1,
             producer_epoch=-1,
-        )
-    pid, epoch = -1, -1
-    if ctx.version >= 3:
-        pid, epoch = req.producer_id, req.producer_epoch
-    if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
-        return ctx.response(
-            throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=epoch + 1
         )
     pid = await ctx.broker.producers.allocate_id()
     return ctx.response(
