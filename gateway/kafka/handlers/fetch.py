@@ -31,6 +31,8 @@ READ_COMMITTED = 1
 FETCH_SESSION_ID_NOT_FOUND = 70
 # Cap messages per partition read so one fetch of tiny messages stays bounded.
 MAX_MESSAGES = 50_000
+# A fetch this close to the high watermark reads on the event loop (see handle).
+NEAR_HEAD = 64
 
 
 @dataclass(slots=True)
@@ -111,6 +113,17 @@ def _read_one(
     return out
 
 
+def _near_head(store: Any, targets: list[Target]) -> bool:
+    """True when every partition asks for at most NEAR_HEAD messages below the end."""
+    try:
+        return all(
+            t.info is None or store.offsets(t.info.id)[1] - t.offset <= NEAR_HEAD
+            for t in targets
+        )
+    except StorageError:
+        return False  # let the executor path produce the proper error
+
+
 def _read_all(
     store: Any,
     cache: BatchCache,
@@ -163,9 +176,13 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     with broker.notifier.subscribe(watched) as sub:
         while True:
             sub.rearm()  # before the read: a publish during it must still wake us
-            reads = await broker.run(
-                _read_all, broker.store, broker.batch_cache, flat, max_bytes, committed, zstd_ok
-            )
+            args = (broker.store, broker.batch_cache, flat, max_bytes, committed, zstd_ok)
+            if _near_head(broker.store, flat):
+                # A consumer caught up reads a few recent messages (LevelDB's memtable or
+                # the batch cache): faster here than the executor round trip (~0.4 ms).
+                reads = _read_all(*args)
+            else:
+                reads = await broker.run(_read_all, *args)
             size = sum(len(r.records) for r in reads)
             remaining = deadline - loop.time()
             if (
