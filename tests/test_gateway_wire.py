@@ -487,3 +487,16 @@ def test_oversized_batch_refused_before_decoding(client: RawClient) -> None:
     big = kr.batch([(None, b"x" * 600_000, []), (None, b"y" * 600_000, [])])
     p = produce(client, "too-big", big)
     assert p.error_code == ErrorCode.MESSAGE_TOO_LARGE and "max.message.bytes" in p.error_message
+
+
+def test_cached_zstd_batch_goes_to_old_fetches_uncompressed(client: RawClient) -> None:
+    """Fetch < v10 must not get zstd (Kafka refuses it): the cache declines and the store
+    path re-encodes, far from the head too (no long poll waiting on data that is there)."""
+    produce(client, "zstd-old", kr.batch(100, codec=4))
+    produce(client, "zstd-old", kr.batch(100, codec=4))
+    for version in (9, FETCH_V):
+        resp = kr.partition(client.request(kr.fetch("zstd-old", 0, max_wait_ms=5000), version))
+        batches = kr.records_of(resp.records)
+        assert batches and batches[0][1][0].offset == 0
+        codecs = {struct.unpack_from(">h", resp.records, 21)[0] & 7}
+        assert codecs == ({0} if version < 10 else {4})

@@ -103,6 +103,15 @@ class BatchCache:
                 self.hits += 1
         return out, offset
 
+    def covers(self, topic_id: bytes, offset: int) -> bool:
+        """Whether a cached batch holds ``offset`` (cheap; read() may still decline it)."""
+        with self._lock:
+            tb = self._topics.get(topic_id)
+            if tb is None:
+                return False
+            i = bisect.bisect_right(tb.bases, offset) - 1
+            return i >= 0 and tb.batches[tb.bases[i]][0] >= offset
+
     def drop_topic(self, topic_id: bytes) -> None:
         with self._lock:
             tb = self._topics.pop(topic_id, None)
