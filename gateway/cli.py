@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--fetch-cache-mb",
         type=int,
-        default=int(_env("TMSGATE_FETCH_CACHE_MB", "256") or 0),
+        default=int(_env("TMSGATE_FETCH_CACHE_MB", "512") or 0),
         help="memory for produced record batches kept for consumers near the head (0: off)",
     )
     s.add_argument(

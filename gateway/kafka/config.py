@@ -35,7 +35,7 @@ class GatewayConfig:
     io_threads: int = 16  # executor for blocking store calls
     default_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     fetch_max_wait_cap_ms: int = 30_000  # no long poll outlives this, whatever asked
-    fetch_cache_bytes: int = 256 << 20  # produced batches kept for consumers near the head
+    fetch_cache_bytes: int = 512 << 20  # produced batches kept for consumers near the head
     janitor_interval_s: float = 60.0  # retention cleanup (log.retention.check.interval.ms)
     shutdown_grace_s: float = 30.0
     cluster_id: str = "tmsgate"
