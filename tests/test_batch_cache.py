@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -12,7 +13,8 @@ from tmsgate.protocol import decode_batch
 def produced(n: int, compression: int = 0, base: int = 0) -> bytes:
     b = DefaultRecordBatchBuilder(2, compression, 0, -1, -1, -1, 1 << 20)
     for i in range(n):
-        b.append(i, 1_700_000_000_000 + i, b"k%d" % i, b"v%d" % i, [])
+        # 9 KB incompressible values: batches of 2 or more are above the cache's MIN_BYTES
+        b.append(i, 1_700_000_000_000 + i, b"k%d" % i, b"v%d." % i + os.urandom(9000), [])
     raw = bytes(b.build())
     return struct.pack(">q", base) + raw[8:]
 
@@ -40,7 +42,7 @@ def test_batches_come_back_with_their_assigned_offsets() -> None:
     got, nxt = cache.read(b"t1", 1, 5, 1 << 20, True)
     assert offsets(got) == [0, 1, 2, 3, 4] and nxt == 5
     # CRC still valid after the offset rewrite (decode_batch checks it)
-    assert decode_batch(whole(got)[1]).records[0].value == b"v0"
+    assert decode_batch(whole(got)[1]).records[0].value.startswith(b"v0.")
 
 
 def test_limit_budget_gaps_and_generations() -> None:
@@ -79,4 +81,9 @@ def test_bounded_oldest_go_first() -> None:
     assert cache.size <= size * 2
     assert cache.read(b"t", 0, 12, 1 << 20, True) == ([], 0)
     assert offsets(cache.read(b"t", 6, 12, 1 << 20, True)[0]) == list(range(6, 12))
-    BatchCache(0).put(b"t", 0, 3, produced(3))  # 0 turns the cache off
+    off = BatchCache(0)
+    off.put(b"t", 0, 3, produced(3))  # 0 turns the cache off
+    assert off.size == 0
+    tiny = BatchCache(1 << 20)
+    tiny.put(b"t", 0, 1, produced(1)[:100])  # below MIN_BYTES: left to the store
+    assert tiny.size == 0 and not tiny.covers(b"t", 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 import time
@@ -492,8 +493,9 @@ def test_oversized_batch_refused_before_decoding(client: RawClient) -> None:
 def test_cached_zstd_batch_goes_to_old_fetches_uncompressed(client: RawClient) -> None:
     """Fetch < v10 must not get zstd (Kafka refuses it): the cache declines and the store
     path re-encodes, far from the head too (no long poll waiting on data that is there)."""
-    produce(client, "zstd-old", kr.batch(100, codec=4))
-    produce(client, "zstd-old", kr.batch(100, codec=4))
+    records = [(None, os.urandom(300), []) for _ in range(100)]  # big enough to be cached
+    produce(client, "zstd-old", kr.batch(records, codec=4))
+    produce(client, "zstd-old", kr.batch(records, codec=4))
     for version in (9, FETCH_V):
         resp = kr.partition(client.request(kr.fetch("zstd-old", 0, max_wait_ms=5000), version))
         batches = kr.records_of(resp.records)

@@ -9,7 +9,10 @@ and encoding records again.
 Only batches whose every record reads back unchanged are kept: non-transactional (no
 ``tms.tx.write_pointer``), CreateTime topics, client timestamps present. Entries are
 keyed by the topic's generation id, so a re-created topic never sees the old batches.
-The cache is bounded in bytes; the oldest batches go first.
+The cache is bounded in bytes and in entries; the oldest batches go first. Batches under
+MIN_BYTES are not kept: a consumer at the head reads those few messages from the store
+anyway, and many tiny entries would only make Python's garbage collector walk longer
+(an early version kept every single-message batch, and gen-2 pauses grew to 50 ms).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 _BASE_OFFSET = struct.Struct(">q")
+MIN_BYTES = 16 << 10
+MAX_ENTRIES = 16_384
 ZSTD = 4
 _COMPRESSION_MASK = 0x07
 _ATTRIBUTES_AT = 21  # v2 header: base offset 8, length 4, epoch 4, magic 1, crc 4
@@ -47,7 +52,7 @@ class BatchCache:
 
         ``raw`` must be immutable (a view of a received request): it is kept, not copied,
         and only its base offset is replaced, at read time, by the stored 8 bytes."""
-        if self.max_bytes <= 0 or len(raw) > self.max_bytes:
+        if self.max_bytes <= 0 or not MIN_BYTES <= len(raw) <= self.max_bytes:
             return
         head, body = _BASE_OFFSET.pack(base_offset), memoryview(raw)[8:]
         size = len(raw)
@@ -62,7 +67,7 @@ class BatchCache:
             tb.batches[base_offset] = (base_offset + count - 1, head, body)
             self._order[(topic_id, base_offset)] = size
             self.size += size
-            while self.size > self.max_bytes:
+            while self.size > self.max_bytes or len(self._order) > MAX_ENTRIES:
                 self._evict_oldest()
 
     def read(
