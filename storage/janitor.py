@@ -143,17 +143,17 @@ def _expire(store: Store, md: TopicMetadata) -> int:
 
 
 def _delete_keys(store: Store, found: Iterator[bytes]) -> int:
-    # Deletes need no fsync: a delete lost in a crash only leaves expired or invisible rows
-    # that the next pass removes again.
+    # Through the writer, so a delete is ordered with every other write: a rollback that
+    # rewrites a row cannot put back a row deleted here, nor lose a delete to a race.
     n = 0
     chunk: list[Mutation] = []
     for key in found:
         chunk.append((key, None))
         if len(chunk) >= CHUNK:
-            store._backend.write(chunk, sync=False)
+            store._writer.mutate(chunk).result()
             n += len(chunk)
             chunk = []
     if chunk:
-        store._backend.write(chunk, sync=False)
+        store._writer.mutate(chunk).result()
         n += len(chunk)
     return n
