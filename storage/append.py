@@ -51,7 +51,7 @@ class RowAppender:
     ) -> PublishResult:
         ts, seq = self.allocate(st, len(entries))
         base = off = st.next_offset
-        prefix, index_prefix = st.msg_prefix, st.index_prefix
+        prefix = st.msg_prefix
         append = batch.mutations.append
         pack, head, head_meta = _SUFFIX.pack, _ROW_HEAD.pack, _ROW_HEAD_META.pack
         first = None
@@ -75,8 +75,6 @@ class RowAppender:
                 else:
                     value = keys.encode_row(off, 1, payload, wp, meta, ttl)
             append((prefix + suffix, value))
-            if off % keys.INDEX_INTERVAL == 0:
-                append((index_prefix + _U64.pack(off), suffix))
             off += 1
         st.last_ts, st.last_seq, st.next_offset = ts, seq, off
         assert first is not None
@@ -120,11 +118,6 @@ class RowAppender:
         batch.mutations.append(
             (st.msg_prefix + suffix, keys.encode_row(base, count, None, wp, reference=True))
         )
-        if (
-            base % keys.INDEX_INTERVAL == 0
-            or base // keys.INDEX_INTERVAL != (base + count - 1) // keys.INDEX_INTERVAL
-        ):
-            batch.mutations.append((st.index_prefix + _U64.pack(base), suffix))
         batch.mutations.append((st.referenced_prefix + _U64.pack(wp), b""))
         st.last_ts, st.last_seq, st.next_offset = ts, seq, base + count
         st.published_refs.add(wp)

@@ -62,7 +62,7 @@ def run_cleanup(store: Store) -> dict[str, int]:
 def _clean_topic(store: Store, md: TopicMetadata) -> int:
     backend = store._backend
     deleted = 0
-    for table in (keys.MESSAGE, keys.PAYLOAD, keys.OFFSET_INDEX, keys.REFERENCED, keys.OPEN_TX):
+    for table in (keys.MESSAGE, keys.PAYLOAD, keys.REFERENCED, keys.OPEN_TX):
         # Only generations at or below the one read here: the topic may have been deleted
         # and re-created since, and a newer generation's rows must not be touched.
         whole = keys.all_generations_prefix(table, md.topic)
@@ -102,11 +102,7 @@ def _expire(store: Store, md: TopicMetadata) -> int:
     if cutoff <= 0:
         return 0
     stop = st.msg_prefix + keys.MESSAGE_SUFFIX.pack(cutoff, 0)
-    first_kept = None
-    for _, value in backend.scan(stop, keys.prefix_end(st.msg_prefix)):
-        first_kept = keys.ROW_HEAD.unpack_from(value)[1]
-        break
-    if first_kept is None:
+    if next(backend.scan(stop, keys.prefix_end(st.msg_prefix)), None) is None:
         # Every row is expiring: remember where offsets and time stand before they go.
         checkpoint = {
             "generation": md.generation,
@@ -117,7 +113,6 @@ def _expire(store: Store, md: TopicMetadata) -> int:
         store._writer.mutate(
             [(keys.checkpoint_key(md.topic), json.dumps(checkpoint).encode())]
         ).result()
-        first_kept = st.next_offset
 
     def doomed() -> Iterator[bytes]:
         for key, value in backend.scan(st.msg_prefix, stop):
@@ -127,8 +122,6 @@ def _expire(store: Store, md: TopicMetadata) -> int:
                 yield from (k for k, _ in backend.scan(ref, keys.prefix_end(ref)))
                 yield st.referenced_prefix + keys.U64.pack(abs(wp))
             yield key
-        index_stop = st.index_prefix + keys.U64.pack(first_kept)
-        yield from (k for k, _ in backend.scan(st.index_prefix, index_stop))
         # Payloads of invalid transactions that were never published are garbage once past
         # the TTL; published ones go with their MessageTable row above.
         for wp in store.transactions.invalid():

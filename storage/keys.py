@@ -20,7 +20,6 @@ from .ids import TopicId
 
 MESSAGE = b"M"
 PAYLOAD = b"P"
-OFFSET_INDEX = b"O"
 REFERENCED = b"R"  # R | topic | generation | wp: that wp's payloads were published
 OPEN_TX = b"W"  # W | topic | generation | wp | base offset: a transactional row to watch
 TOPIC = b"T"
@@ -36,9 +35,8 @@ U64 = struct.Struct(">Q")
 OPEN_TX_SUFFIX = struct.Struct(">QQ")  # write_pointer, base offset
 MAX_SEQ = 0xFFFF
 
-# An offset-index entry is written for every MessageTable row that holds an offset that
-# is a multiple of this, so a seek by offset scans at most this many rows after the index.
-INDEX_INTERVAL = 64
+# There is no offset index: offsets grow with row keys, and reader.start_for_offset
+# searches the rows themselves (a second key range would make LevelDB rewrite every file).
 
 
 def topic_name(topic: TopicId) -> bytes:

@@ -77,7 +77,6 @@ class TopicState:
     metadata: TopicMetadata
     msg_prefix: bytes
     payload_prefix: bytes
-    index_prefix: bytes
     referenced_prefix: bytes
     open_tx_prefix: bytes
     next_offset: int = 0  # the writer's: includes rows not yet durable
@@ -108,7 +107,6 @@ def load_state(
         metadata=md,
         msg_prefix=keys.data_prefix(keys.MESSAGE, t, gen),
         payload_prefix=keys.data_prefix(keys.PAYLOAD, t, gen),
-        index_prefix=keys.data_prefix(keys.OFFSET_INDEX, t, gen),
         referenced_prefix=keys.data_prefix(keys.REFERENCED, t, gen),
         open_tx_prefix=keys.data_prefix(keys.OPEN_TX, t, gen),
     )

@@ -104,7 +104,7 @@ def test_generation_orders_before_time(
     assert keys.generation_of(ka, name_len) == a[0]
 
 
-@pytest.mark.parametrize("table", [keys.MESSAGE, keys.PAYLOAD, keys.OFFSET_INDEX])
+@pytest.mark.parametrize("table", [keys.MESSAGE, keys.PAYLOAD])
 def test_prefixes_of_topic_a_and_ab_do_not_overlap(table: bytes) -> None:
     a, ab = TopicId("ns", "a"), TopicId("ns", "ab")
     for pa, pab in [
