@@ -121,10 +121,13 @@ class TopicRegistry:
     async def delete(self, name: str) -> None:
         tid = self.topic_id(name)
         self.invalidate(name)
+        old = await self.get(name)
         try:
             await self._broker.run(self._broker.store.delete_topic, tid)
         finally:
             self.invalidate(name)
+        if old is not None:  # its cached batches can never be served again: free them now
+            self._broker.batch_cache.drop_topic(old.metadata.topic_uuid)
         log.info("deleted topic %s", tid)
 
     async def list(self) -> list[TopicInfo]:
