@@ -27,6 +27,9 @@ class Backend(Protocol):
     ) -> Iterator[tuple[bytes, bytes]]:
         """Keys in [start, stop), ascending, or descending with reverse."""
 
+    def collect_garbage(self) -> dict[str, int]:
+        """Reclaim space the backend holds for deleted rows (the janitor calls this)."""
+
     def close(self) -> None: ...
 
 

@@ -56,6 +56,7 @@ def run_cleanup(store: Store) -> dict[str, int]:
             stats["rows_deleted"] += _clean_topic(store, md)
         except TopicNotFound:
             continue  # deleted during the pass; the next pass removes its rows
+    stats.update(store._backend.collect_garbage())
     return stats
 
 

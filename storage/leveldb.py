@@ -1,23 +1,45 @@
-"""The embedded default backend: one LevelDB database (plyvel) for all tables."""
+"""The embedded default backend: one LevelDB database (plyvel) for all tables, with
+large values kept in a value log beside it (``vlog.py``).
+
+Every value LevelDB holds starts with a tag byte: ``0`` and the value itself, or the
+value log's pointer (tag ``1``). Callers see plain values either way.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 
 import plyvel
 
+from . import vlog
 from .backend import Mutation
 from .errors import BackendError
+from .vlog import TAG_POINTER, ValueLog
+
+# Values at least this long go to the value log; shorter ones stay inline in LevelDB,
+# where a second file write and fsync would cost more than compaction saves.
+VALUE_LOG_MIN_BYTES = 256
+VLOG_DIR = "vlog"
 
 
 class LevelDBBackend:
-    def __init__(self, path: str, temporary: bool = False) -> None:
+    def __init__(
+        self, path: str, temporary: bool = False, vlog_segment_bytes: int | None = None
+    ) -> None:
         os.makedirs(path, exist_ok=True)
         self.path = path
         self._temporary = temporary
+        vlog_dir = os.path.join(path, VLOG_DIR)
+        if os.path.exists(os.path.join(path, "CURRENT")) and not os.path.isdir(vlog_dir):
+            raise BackendError(
+                f"the store at {path} was written by an older tmsgate (values without "
+                "tags, no value log); it cannot be opened by this version"
+            )
+        self._write_lock = threading.Lock()
         try:
             self._db = plyvel.DB(
                 path,
@@ -32,21 +54,33 @@ class LevelDBBackend:
         except plyvel.IOError as exc:
             hint = " (is a gateway running on it?)" if "lock" in str(exc).lower() else ""
             raise BackendError(f"cannot open LevelDB at {path}: {exc}{hint}") from exc
+        try:
+            # Created after LevelDB holds the lock, so two processes never share it.
+            self._vlog = ValueLog(vlog_dir, vlog_segment_bytes or vlog.SEGMENT_BYTES)
+        except OSError as exc:
+            self._db.close()
+            raise BackendError(f"cannot open the value log in {vlog_dir}: {exc}") from exc
 
     def write(self, mutations: Sequence[Mutation], sync: bool = True) -> None:
-        try:
-            with self._db.write_batch(sync=sync) as batch:
-                put, delete = batch.put, batch.delete
-                for key, value in mutations:
-                    if value is None:
-                        delete(key)
-                    else:
-                        put(key, value)
-        except plyvel.Error as exc:
-            raise BackendError(f"LevelDB write failed: {exc}") from exc
+        with self._write_lock:
+            vlog = self._vlog
+            batch = self._db.write_batch(sync=sync)
+            separated = vlog.stage(mutations, batch.put, batch.delete, VALUE_LOG_MIN_BYTES)
+            if separated:
+                vlog.flush(sync)  # the values are on disk before the rows that point at them
+            try:
+                batch.write()
+            except plyvel.Error as exc:
+                if separated:
+                    vlog.discard()
+                raise BackendError(f"LevelDB write failed: {exc}") from exc
+            vlog.written()
 
     def get(self, key: bytes) -> bytes | None:
-        return self._db.get(key)
+        value = self._db.get(key)
+        if value is None or value[0] != TAG_POINTER:
+            return value[1:] if value is not None else None
+        return self._vlog.read(value)
 
     def scan(
         self,
@@ -57,13 +91,23 @@ class LevelDBBackend:
         include_start: bool = True,
     ) -> Iterator[tuple[bytes, bytes]]:
         it = self._db.iterator(start=start, stop=stop, reverse=reverse, include_start=include_start)
+        read = self._vlog.read
         try:
-            yield from it
+            for key, value in it:
+                yield key, (value[1:] if value[0] != TAG_POINTER else read(value))
         finally:
             it.close()
 
+    def collect_garbage(self) -> dict[str, int]:
+        """Delete value-log segments that no row points into any more."""
+        get = self._db.get
+        deleted, freed = self._vlog.collect(lambda key, pointer: get(key) == pointer)
+        return {"vlog_segments_deleted": deleted, "vlog_bytes_freed": freed}
+
     def close(self) -> None:
         if not self._db.closed:
+            with self._write_lock:
+                self._vlog.close()
             self._db.close()
         if self._temporary:
             shutil.rmtree(self.path, ignore_errors=True)
@@ -74,14 +118,17 @@ def snapshot_copy(path: str) -> str:
 
     Table files never change once written, so they are hard-linked; the log, manifest and
     CURRENT are copied. LevelDB recovers the copy like a crashed database, which is what
-    an acknowledged-and-fsynced write survives anyway."""
+    an acknowledged-and-fsynced write survives anyway. Value-log segments only grow, so
+    they are hard-linked too: before LevelDB's files (a segment deleted meanwhile is kept)
+    and once more after them (a segment started meanwhile is included)."""
     if not os.path.isdir(path):
         raise BackendError(f"no store at {path}")
     dest = tempfile.mkdtemp(prefix="tmsgate-snapshot-")
+    _link_segments(os.path.join(path, VLOG_DIR), os.path.join(dest, VLOG_DIR))
     for name in sorted(os.listdir(path), key=lambda n: not n.endswith((".ldb", ".sst"))):
-        if name == "LOCK":
-            continue
         src = os.path.join(path, name)
+        if name == "LOCK" or os.path.isdir(src):
+            continue
         try:
             if name.endswith((".ldb", ".sst")):
                 os.link(src, os.path.join(dest, name))
@@ -91,4 +138,21 @@ def snapshot_copy(path: str) -> str:
             continue  # compacted away while copying; the manifest copied later won't need it
         except OSError:
             shutil.copy2(src, os.path.join(dest, name))
+    _link_segments(os.path.join(path, VLOG_DIR), os.path.join(dest, VLOG_DIR))
     return dest
+
+
+def _link_segments(src_dir: str, dest_dir: str) -> None:
+    os.makedirs(dest_dir, exist_ok=True)
+    if not os.path.isdir(src_dir):
+        return
+    for name in os.listdir(src_dir):
+        target = os.path.join(dest_dir, name)
+        if os.path.exists(target):
+            continue
+        try:
+            os.link(os.path.join(src_dir, name), target)
+        except FileNotFoundError:
+            continue  # collected meanwhile: nothing the copy's LevelDB points at
+        except OSError:
+            shutil.copy2(os.path.join(src_dir, name), target)

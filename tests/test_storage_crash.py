@@ -28,6 +28,7 @@ CHILD = textwrap.dedent(
     from tmsgate.storage import Entry, TopicAlreadyExists, TopicId, open_store
 
     url, threads_n, tx_every, tag = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    pad = "x" * int(sys.argv[5])  # long enough, and payloads go to the value log
     store = open_store(url)
     topic = TopicId("crash", "t")
     try:
@@ -40,7 +41,7 @@ CHILD = textwrap.dedent(
     def run(i):
         j = 0
         while True:
-            batch = [f"{tag}:{i}:{j}:{k}".encode() for k in range(1 + (i + j) % 4)]
+            batch = [f"{tag}:{i}:{j}:{k}{pad}".encode() for k in range(1 + (i + j) % 4)]
             if tx_every and j % tx_every == 0:
                 tx = store.transactions.start(timeout_s=3600)
                 r = store.publish(topic, [Entry(b, meta=b"tx") for b in batch], tx=tx)
@@ -63,10 +64,12 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_and_kill(url: str, threads_n: int, tx_every: int, tag: str = "r1") -> list[dict]:
+def run_and_kill(
+    url: str, threads_n: int, tx_every: int, tag: str = "r1", pad: int = 0
+) -> list[dict]:
     """Start the publisher, read acknowledgements until enough, SIGKILL it; -> the acks."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, url, str(threads_n), str(tx_every), tag],
+        [sys.executable, "-c", CHILD, url, str(threads_n), str(tx_every), tag, str(pad)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -151,12 +154,14 @@ def check(acks: list[dict], msgs: list[Message], offsets: tuple[int, int]) -> No
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("threads_n,tx_every", [(1, 0), (4, 5)])
+@pytest.mark.parametrize("threads_n,tx_every,pad", [(1, 0, 0), (4, 5, 0), (4, 3, 600)])
 def test_kill_9_while_publishing_loses_no_acknowledged_message(
-    tmp_path, threads_n: int, tx_every: int
+    tmp_path, threads_n: int, tx_every: int, pad: int
 ) -> None:
+    """pad=600: payloads live in the value log, so a kill can fall between its write and
+    LevelDB's."""
     url = f"leveldb://{tmp_path / 'store'}"
-    acks = run_and_kill(url, threads_n, tx_every)
+    acks = run_and_kill(url, threads_n, tx_every, pad=pad)
     assert len(acks) >= ACKS_BEFORE_KILL
     msgs, offsets, states = read_everything(url)
     check(acks, msgs, offsets)
@@ -170,7 +175,7 @@ def test_kill_9_while_publishing_loses_no_acknowledged_message(
 def test_kill_9_twice_then_reopen(tmp_path) -> None:
     url = f"leveldb://{tmp_path / 'store'}"
     first = run_and_kill(url, 2, 0)
-    second = run_and_kill(url, 2, 3, tag="r2")
+    second = run_and_kill(url, 2, 3, tag="r2", pad=1000)
     msgs, offsets, _ = read_everything(url)
     check(first + second, msgs, offsets)
     assert min(a["base"] for a in second) > max(a["base"] for a in first)
