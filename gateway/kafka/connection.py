@@ -27,9 +27,9 @@ from tmsgate.protocol import (
 from .broker import Broker
 from .context import CloseConnection, RequestContext
 from .handlers import api_versions
+from .stream import FrameStream
 
 log = logging.getLogger("tmsgate.kafka.connection")
-READ_SIZE = 1 << 20
 
 
 def _done(value: Any) -> asyncio.Future[Any]:
@@ -39,15 +39,12 @@ def _done(value: Any) -> asyncio.Future[Any]:
 
 
 class ConnectionDriver:
-    def __init__(
-        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    def __init__(self, broker: Broker, stream: FrameStream) -> None:
         self.broker = broker
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.stream = stream
+        self.peer = stream.peer()
         self.conn = KafkaConnection(broker.config.max_request_bytes)
+        stream.frame_size = self.conn.frame_size  # refuses oversized frames before allocating
         self._slots = asyncio.Semaphore(broker.config.max_in_flight_per_connection)
         self._queue: asyncio.Queue[tuple[Request, asyncio.Future[Any]] | None] = asyncio.Queue()
         self._last_turn = asyncio.Event()
@@ -83,16 +80,11 @@ class ConnectionDriver:
 
     # --- reading ------------------------------------------------------------------------
     async def _read_loop(self) -> None:
-        # Whole frames are read straight out of the stream (length, then body), so a large
-        # produce request is copied once from the socket buffer and decoded in place.
+        # Whole frames arrive from the FrameStream, each received straight into its own
+        # buffer, and are decoded in place.
         while True:
             try:
-                prefix = await self.reader.readexactly(4)
-                self._last_activity = time.monotonic()
-                size = self.conn.frame_size(prefix)
-                frame = await self.reader.readexactly(size)
-            except asyncio.IncompleteReadError:
-                return  # closed by the peer (mid-frame or between frames)
+                frame = await self.stream.read_frame()
             except (ConnectionError, OSError) as exc:
                 log.info("connection %s: read failed: %s", self.peer, exc)
                 return
@@ -100,6 +92,8 @@ class ConnectionDriver:
                 self.broker.metrics.bad_frames.inc()
                 log.warning("closing connection %s: %s (socket.request.max.bytes)", self.peer, exc)
                 return
+            if frame is None:
+                return  # closed by the peer (mid-frame or between frames)
             self._last_activity = time.monotonic()
             for event in self.conn.receive_frame(frame):
                 if isinstance(event, BadFrame):
@@ -178,8 +172,8 @@ class ConnectionDriver:
                 return self._fail_remaining()
             try:
                 if response is not None:
-                    self.writer.writelines(encode_response(req.correlation_id, response))
-                    await self.writer.drain()
+                    self.stream.write(encode_response(req.correlation_id, response))
+                    await self.stream.drain()
             except (ConnectionError, OSError) as exc:
                 log.info("connection %s: write failed: %s", self.peer, exc)
                 return self._fail_remaining()
@@ -198,8 +192,7 @@ class ConnectionDriver:
                 item[1].cancel()
 
     def _close_transport(self) -> None:
-        if not self.writer.is_closing():
-            self.writer.close()
+        self.stream.close()
 
     async def _watch_idle(self) -> None:
         """Kafka's connections.max.idle.ms: close a connection with nothing to do."""

@@ -8,7 +8,8 @@ import logging
 import socket
 
 from .broker import Broker
-from .connection import READ_SIZE, ConnectionDriver
+from .connection import ConnectionDriver
+from .stream import FrameStream
 
 log = logging.getLogger("tmsgate.kafka.server")
 
@@ -18,12 +19,14 @@ class KafkaServer:
         self.broker = broker
         self._server: asyncio.Server | None = None
         self._drivers: set[ConnectionDriver] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.address: tuple[str, int] = (broker.config.host, broker.config.port)
 
     async def start(self) -> tuple[str, int]:
         cfg = self.broker.config
-        self._server = await asyncio.start_server(
-            self._accept, cfg.host, cfg.port, backlog=1024, limit=READ_SIZE, reuse_address=True
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: FrameStream(self._opened), cfg.host, cfg.port, backlog=1024, reuse_address=True
         )
         host, port = self._server.sockets[0].getsockname()[:2]
         self.address = (host, port)
@@ -45,8 +48,14 @@ class KafkaServer:
     def connection_count(self) -> int:
         return len(self._drivers)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        driver = ConnectionDriver(self.broker, reader, writer)
+    def _opened(self, stream: FrameStream) -> None:
+        # The driver exists before the first bytes are received: it sets the frame limit.
+        driver = ConnectionDriver(self.broker, stream)
+        task = asyncio.ensure_future(self._accept(driver))
+        self._tasks.add(task)  # a task nobody references may be garbage-collected mid-run
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, driver: ConnectionDriver) -> None:
         if self.broker.closing:
             driver.abort()
             return

@@ -1,0 +1,150 @@
+"""FrameStream, byte for byte: frames cut at any boundary come out whole and in order,
+large ones through their own buffer; an oversized frame is refused from its prefix; a
+full queue stops reading the socket until the frames are taken."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tmsgate.gateway.kafka.stream import MAX_QUEUED_FRAMES, STAGING_BYTES, FrameStream
+from tmsgate.protocol import FrameTooLarge, KafkaConnection
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.paused = False
+        self.closed = False
+        self.written: list[bytes] = []
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def writelines(self, parts: list[bytes]) -> None:
+        self.written.extend(parts)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> object:
+        return ("127.0.0.1", 1234) if name == "peername" else None
+
+
+def opened(limit: int = 1 << 24) -> tuple[FrameStream, FakeTransport]:
+    stream = FrameStream(lambda s: None)
+    stream.frame_size = KafkaConnection(limit).frame_size
+    transport = FakeTransport()
+    stream.connection_made(transport)  # type: ignore[arg-type]
+    return stream, transport
+
+
+def feed(stream: FrameStream, data: bytes, cuts: list[int]) -> None:
+    """Deliver ``data`` as the event loop would, in reads no longer than the cuts say."""
+    pos, i = 0, 0
+    while pos < len(data):
+        want = cuts[i % len(cuts)] if cuts else len(data)
+        i += 1
+        buf = stream.get_buffer(-1)
+        n = min(len(buf), want, len(data) - pos)
+        assert n > 0, "get_buffer returned no room"
+        buf[:n] = data[pos : pos + n]
+        stream.buffer_updated(n)
+        pos += n
+
+
+def framed(bodies: list[bytes]) -> bytes:
+    return b"".join(struct.pack(">i", len(b)) + b for b in bodies)
+
+
+async def drain_frames(stream: FrameStream, n: int) -> list[bytes | None]:
+    return [await stream.read_frame() for _ in range(n)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(
+        st.one_of(
+            st.integers(0, 300),
+            st.integers(STAGING_BYTES - 8, STAGING_BYTES + 8),
+            st.integers(100_000, 200_000),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    cuts=st.lists(st.integers(1, 70_000), max_size=6),
+)
+def test_frames_come_out_whole_whatever_the_read_boundaries(sizes: list[int], cuts: list[int]):
+    bodies = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    stream, _ = opened()
+    feed(stream, framed(bodies), cuts)
+    stream.eof_received()
+    got = asyncio.run(drain_frames(stream, len(bodies) + 2))
+    assert got[: len(bodies)] == bodies
+    assert got[len(bodies) :] == [None, None]  # end of stream, and it stays ended
+    assert all(type(f) is bytes for f in got[: len(bodies)])
+
+
+def test_an_oversized_frame_is_refused_from_its_prefix() -> None:
+    stream, transport = opened(limit=1000)
+    feed(stream, framed([b"ok"]) + struct.pack(">i", 1001), [])
+    assert transport.paused  # nothing more is read from this socket
+
+    async def run() -> None:
+        assert await stream.read_frame() == b"ok"
+        for _ in range(2):
+            try:
+                await stream.read_frame()
+            except FrameTooLarge:
+                continue
+            raise AssertionError("the oversized frame was not refused")
+
+    asyncio.run(run())
+
+
+def test_a_full_queue_stops_reading_until_frames_are_taken() -> None:
+    stream, transport = opened()
+    feed(stream, framed([b"x"] * MAX_QUEUED_FRAMES), [7])
+    assert transport.paused
+    asyncio.run(drain_frames(stream, MAX_QUEUED_FRAMES // 2 + 1))
+    assert not transport.paused
+
+
+def test_a_reader_waiting_is_woken_by_the_next_frame() -> None:
+    async def run() -> bytes | None:
+        stream, _ = opened()
+        reading = asyncio.ensure_future(stream.read_frame())
+        await asyncio.sleep(0)
+        assert not reading.done()
+        feed(stream, framed([b"late"]), [3])
+        return await asyncio.wait_for(reading, 1)
+
+    assert asyncio.run(run()) == b"late"
+
+
+def test_writes_wait_while_the_transport_is_paused() -> None:
+    async def run() -> None:
+        stream, transport = opened()
+        stream.write([b"a", b"b"])
+        assert transport.written == [b"a", b"b"]
+        stream.pause_writing()
+        waiting = asyncio.ensure_future(stream.drain())
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        stream.resume_writing()
+        await asyncio.wait_for(waiting, 1)
+        stream.connection_lost(None)
+        try:
+            await stream.drain()
+        except ConnectionResetError:
+            return
+        raise AssertionError("drain after the connection was lost did not fail")
+
+    asyncio.run(run())
