@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import gc
 import logging
 import os
@@ -163,6 +164,24 @@ def _tune_gc() -> None:
     gc.set_threshold(20_000, 20, 50)
 
 
+def _tune_malloc() -> None:
+    """glibc returns freed memory at the top of its heap to the kernel (trim threshold
+    128 KiB) and serves blocks of 128 KiB and more with fresh mmaps. A gateway frees and
+    allocates megabytes of 1 KiB values and 1 MiB frames every millisecond, so both meant
+    page faults on nearly every allocation: a 1 KiB bytes object cost ~600 ns instead of
+    ~140 ns. Keeping the memory (up to the peak in use) costs RSS, not time. Without glibc
+    (musl, macOS) this does nothing."""
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
+    mallopt(m_trim_threshold, 512 << 20)
+    mallopt(m_top_pad, 64 << 20)
+    mallopt(m_mmap_threshold, 32 << 20)  # glibc's maximum
+
+
 def serve_command(args: argparse.Namespace) -> int:
     from tmsgate.gateway.kafka import serve
 
@@ -175,6 +194,7 @@ def serve_command(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return 2
     _tune_gc()
+    _tune_malloc()
     try:
         _run(serve(config, args.store, metrics_listen=metrics))  # type: ignore[arg-type]
     except OSError as exc:

@@ -50,6 +50,9 @@ class RowAppender:
         self, batch: Batch, st: TopicState, entries: list[Item], wp: int | None
     ) -> PublishResult:
         ts, seq = self.allocate(st, len(entries))
+        n = len(entries)
+        if wp is None and seq + n <= keys.MAX_SEQ and all(isinstance(e, tuple) for e in entries):
+            return self._append_plain(batch, st, entries, ts, seq)
         base = off = st.next_offset
         prefix = st.msg_prefix
         append = batch.mutations.append
@@ -91,6 +94,35 @@ class RowAppender:
             MessageId(pack(ts, seq) + bytes(10)),
             f_ts,
             rollback,
+        )
+
+    def _append_plain(
+        self, batch: Batch, st: TopicState, entries: list[Item], ts: int, seq: int
+    ) -> PublishResult:
+        """append() for the common publish (a Kafka produce): entries without a write
+        pointer that all fit in one millisecond. Comprehensions instead of one loop with
+        branches: this runs once per message on the writer thread, which every publish
+        waits for, and it halves the time per row."""
+        n, base = len(entries), st.next_offset
+        prefix, pack, head_meta = st.msg_prefix, _SUFFIX.pack, _ROW_HEAD_META.pack
+        row_keys = [prefix + pack(ts, s) for s in range(seq + 1, seq + n + 1)]
+        values = [
+            b"".join((head_meta(_F_PAYLOAD_META, off, 1, len(meta)), meta, payload))
+            if meta is not None and payload is not None and ttl is None
+            else keys.encode_row(off, 1, payload, None, meta, ttl)
+            for off, (payload, meta, ttl) in zip(range(base, base + n), entries, strict=True)  # type: ignore[misc]
+        ]
+        batch.mutations.extend(zip(row_keys, values, strict=True))
+        end = base + n
+        st.last_ts, st.last_seq, st.next_offset = ts, seq + n, end
+        batch.after.append(lambda: self._on_visible(st, end))
+        return PublishResult(
+            base,
+            n,
+            MessageId(pack(ts, seq + 1) + bytes(10)),
+            MessageId(pack(ts, seq + n) + bytes(10)),
+            ts,
+            None,
         )
 
     def watch_tx_row(self, batch: Batch, st: TopicState, wp: int, base: int) -> None:
