@@ -207,7 +207,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    # Allocated blocks, not st_size: value-log segments are created sparse at full size.
+    return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())
 
 
 # --------------------------------------------------------------------------- topics

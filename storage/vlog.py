@@ -77,7 +77,9 @@ class ValueLog:
                     self._segments[int(m.group(1))] = _Segment(int(m.group(1)), path, size)
                 else:
                     os.unlink(path)  # created but never written: nothing can point at it
-        self._retired: list[_Segment] = []
+        # Segments deleted by the last collection, still mapped: a scan that began before
+        # their rows were deleted may yet follow a pointer into one.
+        self._retired: dict[int, _Segment] = {}
         self._lock = threading.Lock()  # guards the segment table against the collector
         self._fd = -1
         self._active: _Segment | None = None
@@ -219,10 +221,13 @@ class ValueLog:
 
     def read(self, pointer: bytes) -> bytes:
         _, seg_id, at, length = POINTER.unpack(pointer)
-        seg = self._segments.get(seg_id)
+        seg = self._segments.get(seg_id) or self._retired.get(seg_id)
         if seg is None:
             raise BackendError(f"value log segment {seg_id} is missing from {self.directory}")
-        return seg.view()[at : at + length]
+        try:
+            return seg.view()[at : at + length]
+        except (ValueError, OSError) as exc:  # collected while a very old scan still ran
+            raise BackendError(f"value log segment {seg_id} was collected: {exc}") from exc
 
     # -- garbage collection ----------------------------------------------------------------
 
@@ -236,10 +241,10 @@ class ValueLog:
         """
         # Mappings of segments deleted by the previous pass go now: a scan that began
         # before that pass may have held a pointer into them until then.
-        for seg in self._retired:
+        for seg in self._retired.values():
             if seg.map is not None:
                 seg.map.close()
-        self._retired.clear()
+        self._retired = {}
         deleted = freed = 0
         with self._lock:
             candidates = sorted(s for s in self._segments if s < self.complete_below)
@@ -250,7 +255,7 @@ class ValueLog:
             with self._lock:
                 del self._segments[seg_id]
             os.unlink(seg.path)
-            self._retired.append(seg)
+            self._retired[seg_id] = seg
             deleted += 1
             freed += seg.size
         return deleted, freed
@@ -290,7 +295,7 @@ class ValueLog:
             finally:
                 os.close(self._fd)
                 self._fd = -1
-        for seg in list(self._segments.values()) + self._retired:
+        for seg in [*self._segments.values(), *self._retired.values()]:
             if seg.map is not None:
                 seg.map.close()
                 seg.map = None

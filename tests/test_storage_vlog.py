@@ -181,3 +181,18 @@ def test_expired_messages_free_their_segments(
     assert [m.payload for m in store.read(topic, offset=2000, max_messages=10).messages] == [
         value(1, 2000)
     ]
+
+
+def test_a_scan_that_began_before_a_collection_still_reads_its_values(tmp_path: Path) -> None:
+    b = LevelDBBackend(str(tmp_path), vlog_segment_bytes=8 << 10)
+    keys = [f"k{i:03d}".encode() for i in range(40)]
+    for i in range(0, 40, 5):
+        b.write([(k, value(j)) for j, k in enumerate(keys[i : i + 5], start=i)])
+    b.write([(b"z", value(99))])  # the active segment holds only this
+    scan = b.scan(b"k", b"l")
+    assert next(scan) == (keys[0], value(0))  # the scan's snapshot is taken
+    b.write([(k, None) for k in keys])
+    assert b.collect_garbage()["vlog_segments_deleted"] > 0
+    rest = list(scan)  # its pointers lead into segments deleted just now
+    assert rest == [(k, value(i)) for i, k in enumerate(keys[1:], start=1)]
+    b.close()
