@@ -29,6 +29,9 @@ CHILD = textwrap.dedent(
 
     url, threads_n, tx_every, tag = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     pad = "x" * int(sys.argv[5])  # long enough, and payloads go to the value log
+    if pad:
+        import tmsgate.storage.leveldb
+        tmsgate.storage.leveldb.SMALL_WRITE_MUTATIONS = 0  # even one message at a time
     store = open_store(url)
     topic = TopicId("crash", "t")
     try:

@@ -8,10 +8,16 @@ from pathlib import Path
 
 import plyvel
 import pytest
-from tmsgate.storage import BackendError, TopicId, open_backend, vlog
+from tmsgate.storage import BackendError, TopicId, leveldb, open_backend, vlog
 from tmsgate.storage.janitor import run_cleanup
 from tmsgate.storage.leveldb import VALUE_LOG_MIN_BYTES, VLOG_DIR, LevelDBBackend
 from tmsgate.storage.vlog import MAGIC
+
+
+@pytest.fixture(autouse=True)
+def every_write_uses_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests write a few values at a time; small writes normally stay inline."""
+    monkeypatch.setattr(leveldb, "SMALL_WRITE_MUTATIONS", 0)
 
 
 def segments(path: Path) -> list[str]:
@@ -40,6 +46,31 @@ def test_small_values_stay_inline_and_large_ones_go_to_the_log(tmp_path: Path) -
     assert large in data and small not in data
 
 
+def test_a_small_write_keeps_its_values_inline_unless_they_are_huge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(leveldb, "SMALL_WRITE_MUTATIONS", 16)
+    b = LevelDBBackend(str(tmp_path))
+    one_kib = [(f"s{i:02d}".encode(), value(i)) for i in range(16)]
+    bulk = [(f"b{i:02d}".encode(), value(i)) for i in range(17)]
+    huge = [(b"h", value(1, leveldb.SMALL_WRITE_VALUE_LOG_MIN_BYTES))]
+    for write in (one_kib, bulk, huge):
+        b.write(write)
+    b.close()
+    db = plyvel.DB(str(tmp_path))
+    try:
+        assert all(db.get(k) == b"\x00" + v for k, v in one_kib)  # a trickle: inline
+        assert all(len(db.get(k)) == 13 for k, _ in bulk)  # bulk: in the log
+        assert len(db.get(b"h")) == 13
+    finally:
+        db.close()
+    b = LevelDBBackend(str(tmp_path))
+    try:
+        assert dict(b.scan(b"", b"\xff")) == dict(one_kib + bulk + huge)
+    finally:
+        b.close()
+
+
 def test_values_survive_reopen_and_segments_roll_over(tmp_path: Path) -> None:
     b = LevelDBBackend(str(tmp_path), vlog_segment_bytes=8 << 10)
     written = {}
@@ -47,6 +78,10 @@ def test_values_survive_reopen_and_segments_roll_over(tmp_path: Path) -> None:
         muts = [(f"k{batch:02d}{i:03d}".encode(), value(batch * 100 + i)) for i in range(7)]
         b.write(muts)
         written.update(muts)
+    # one write of more entries than one pwritev takes, across several segments
+    bulk = [(f"m{i:05d}".encode(), value(i, 300)) for i in range(1500)]
+    b.write(bulk)
+    written.update(bulk)
     # one value larger than a whole segment gets a segment of its own
     written[b"huge"] = value(1, 50_000)
     b.write([(b"huge", written[b"huge"])])
