@@ -231,3 +231,39 @@ def test_a_scan_that_began_before_a_collection_still_reads_its_values(tmp_path: 
     rest = list(scan)  # its pointers lead into segments deleted just now
     assert rest == [(k, value(i)) for i, k in enumerate(keys[1:], start=1)]
     b.close()
+
+
+def test_a_failed_log_write_writes_no_row_and_the_next_write_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = LevelDBBackend(str(tmp_path))
+    b.write([(b"a", value(1))])
+    real_pwritev, real_fdatasync = os.pwritev, os.fdatasync
+    for broken in ("pwritev", "fdatasync"):
+
+        def fail(*args: object) -> int:
+            raise OSError(28, "No space left on device (injected)")
+
+        monkeypatch.setattr(os, broken, fail)
+        big = [(f"{broken}{i:04d}".encode(), value(i)) for i in range(400)]  # > one O_DSYNC
+        with pytest.raises(BackendError, match="No space left"):
+            b.write(big)
+        monkeypatch.setattr(os, "pwritev", real_pwritev)
+        monkeypatch.setattr(os, "fdatasync", real_fdatasync)
+        assert b.get(big[0][0]) is None  # LevelDB never got the rows
+        b.write([(b"b", value(2)), *big[:3]])  # the log goes on, in a new segment
+        assert b.get(b"b") == value(2) and b.get(big[2][0]) == value(2)
+    b.close()
+    b = LevelDBBackend(str(tmp_path))
+    try:
+        assert dict(b.scan(b"", b"\xff")) == {
+            b"a": value(1),
+            b"b": value(2),
+            **{
+                f"{name}{i:04d}".encode(): value(i)
+                for name in ("pwritev", "fdatasync")
+                for i in range(3)
+            },
+        }
+    finally:
+        b.close()
