@@ -8,7 +8,6 @@ durable (``on_visible``).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 
 from . import keys
@@ -19,7 +18,7 @@ from .topics import OpenTxRow, TopicState
 from .writer import Batch
 
 _ROW_HEAD = keys.ROW_HEAD
-_ROW_HEAD_META = struct.Struct(keys.ROW_HEAD.format + "I")  # the head, then meta's length
+_ROW_HEAD_META = keys.ROW_HEAD_META
 _SUFFIX = keys.MESSAGE_SUFFIX
 _U64 = keys.U64
 _F_PAYLOAD = keys.F_PAYLOAD

@@ -104,6 +104,7 @@ F_TTL = 8
 F_NULL = 16
 
 ROW_HEAD = struct.Struct(">BQI")
+ROW_HEAD_META = struct.Struct(">BQII")  # the head, then meta's length (F_META rows)
 TX_COLUMN = struct.Struct(">q")
 TTL_COLUMN = struct.Struct(">Q")
 META_LEN = struct.Struct(">I")

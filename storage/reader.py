@@ -19,6 +19,7 @@ from .transactions import Transaction, Visibility
 
 _MESSAGE_ID = keys.MESSAGE_SUFFIX  # the first 10 bytes of an id are the row suffix
 _TS = keys.U64.unpack_from
+_HM = keys.ROW_HEAD_META.size
 
 
 @dataclass(slots=True)
@@ -131,15 +132,29 @@ def read(
     skip_off, skip_id, skip_eq = start.skip_below_offset, start.skip_until_id, start.skip_equal
     decode = keys.decode_row
     head = keys.ROW_HEAD.unpack_from
-    plain = keys.F_PAYLOAD
+    head_meta = keys.ROW_HEAD_META.unpack_from
+    plain, plain_meta = keys.F_PAYLOAD, keys.F_PAYLOAD | keys.F_META
     new_id = MessageId.trusted
     zeros = bytes(10)
     for key, value in backend.scan(begin, keys.prefix_end(prefix)):
         flags, base, count = head(value)
         if base >= next_offset:
             break  # written, but not yet acknowledged as durable
+        if flags == plain_meta and skip_id is None and base >= skip_off:
+            # The common row (a Kafka record): no transaction, no ttl, meta and payload.
+            # Unpacked here rather than by decode_row: this runs once per message read.
+            n = head_meta(value)[3]
+            meta, payload = value[_HM : _HM + n], value[_HM + n :]
+            out.append(
+                Message(new_id(key[plen:] + zeros), payload, base, _TS(key, plen)[0], None, meta)
+            )
+            size += len(payload) + n
+            resume = base + 1
+            if len(out) >= max_messages or (max_bytes is not None and size >= max_bytes):
+                break
+            continue
         if flags == plain and skip_id is None and base >= skip_off:
-            # The common row: a non-transactional message with only a payload.
+            # A message with only a payload (the store's own API, no meta).
             payload = value[13:]
             out.append(
                 Message(new_id(key[plen:] + zeros), payload, base, _TS(key, plen)[0], None, None)
