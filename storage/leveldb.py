@@ -110,10 +110,30 @@ class LevelDBBackend:
             it.close()
 
     def collect_garbage(self) -> dict[str, int]:
-        """Delete value-log segments that no row points into any more."""
+        """Delete value-log segments that no row points into any more, moving the few
+        live values of mostly dead segments first."""
         get = self._db.get
-        deleted, freed = self._vlog.collect(lambda key, pointer: get(key) == pointer)
-        return {"vlog_segments_deleted": deleted, "vlog_bytes_freed": freed}
+        return self._vlog.collect(lambda key, pointer: get(key) == pointer, self._relocate)
+
+    def _relocate(self, entries: list[tuple[bytes, bytes, bytes]]) -> int:
+        # Under the write lock, so no write can come between the check and the put: a
+        # key rewritten or deleted since the pointer was read keeps its newer state.
+        with self._write_lock:
+            get = self._db.get
+            moved = [(key, value) for key, pointer, value in entries if get(key) == pointer]
+            if not moved:
+                return 0
+            vlog = self._vlog
+            batch = self._db.write_batch(sync=True)
+            vlog.stage(moved, batch.put, batch.delete, 0)
+            vlog.flush(True)
+            try:
+                batch.write()
+            except plyvel.Error as exc:
+                vlog.discard()
+                raise BackendError(f"LevelDB write failed: {exc}") from exc
+            vlog.written()
+            return len(moved)
 
     def close(self) -> None:
         if not self._db.closed:

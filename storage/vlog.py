@@ -25,7 +25,7 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .errors import BackendError
 
@@ -34,6 +34,12 @@ SEGMENT_BYTES = 64 << 20
 ENTRY_HEAD = struct.Struct(">II")  # key length, value length
 POINTER = struct.Struct(">BIII")  # tag, segment id, value position, value length
 TAG_POINTER = 1
+# A complete segment with less than this share of its bytes still live has its live
+# values copied to the head of the log, so the segment can go: without this, one
+# long-retention topic would keep every segment it shares with short-lived ones.
+RELOCATE_BELOW = 0.5
+CENSUS_BUDGET = 200_000  # entries checked against LevelDB per collection pass (~0.5 s)
+RELOCATE_CHUNK = 512  # live values moved per LevelDB batch (the writer waits for each)
 _INLINE = b"\x00"  # the tag of a value kept in LevelDB itself
 _IOV_MAX = 1024
 _NAME = re.compile(r"^(\d{16})\.vlog$")
@@ -44,7 +50,7 @@ def _segment_name(seg_id: int) -> str:
 
 
 class _Segment:
-    __slots__ = ("id", "map", "path", "scanned_to", "size")
+    __slots__ = ("census", "id", "map", "path", "scanned_to", "size")
 
     def __init__(self, seg_id: int, path: str, size: int) -> None:
         self.id = seg_id
@@ -52,6 +58,7 @@ class _Segment:
         self.size = size
         self.map: mmap.mmap | None = None
         self.scanned_to = len(MAGIC)  # garbage collection: entries before this are dead
+        self.census: tuple[int, int] | None = None  # a count in progress: (position, live)
 
     def view(self) -> mmap.mmap:
         if self.map is None:
@@ -80,6 +87,7 @@ class ValueLog:
         # Segments deleted by the last collection, still mapped: a scan that began before
         # their rows were deleted may yet follow a pointer into one.
         self._retired: dict[int, _Segment] = {}
+        self._census_after = 0  # the segment whose live bytes were counted last
         self._lock = threading.Lock()  # guards the segment table against the collector
         self._fd = self._dsync_fd = -1
         self._active: _Segment | None = None
@@ -245,13 +253,21 @@ class ValueLog:
 
     # -- garbage collection ----------------------------------------------------------------
 
-    def collect(self, is_live: Callable[[bytes, bytes], bool]) -> tuple[int, int]:
-        """Delete complete segments that no LevelDB row points into.
+    def collect(
+        self,
+        is_live: Callable[[bytes, bytes], bool],
+        relocate: Callable[[list[tuple[bytes, bytes, bytes]]], int] | None = None,
+    ) -> dict[str, int]:
+        """Delete complete segments that no LevelDB row points into; with ``relocate``,
+        first move the live values out of segments that are mostly dead.
 
         ``is_live(key, pointer)`` says whether LevelDB still holds that pointer for that
         key. A dead entry never becomes live again (new values always go to the active
-        segment), so each segment is examined only from its first live entry on, and a
-        pass costs what was expired since the last one. -> (segments deleted, bytes).
+        segment), so each segment is examined only from its first live entry on.
+        Counting a segment's live bytes takes a LevelDB read per entry, so it goes on
+        across passes within CENSUS_BUDGET entries per pass, oldest segments first.
+        ``relocate([(key, pointer, value), ...])`` puts each value again (at the head of
+        the log) if its key still holds that pointer, atomically with other writes.
         """
         # Mappings of segments deleted by the previous pass go now: a scan that began
         # before that pass may have held a pointer into them until then.
@@ -259,37 +275,100 @@ class ValueLog:
             if seg.map is not None:
                 seg.map.close()
         self._retired = {}
-        deleted = freed = 0
+        stats = {"vlog_segments_deleted": 0, "vlog_bytes_freed": 0, "vlog_values_relocated": 0}
         with self._lock:
             candidates = sorted(s for s in self._segments if s < self.complete_below)
-        for seg_id in candidates:
+        live = [seg_id for seg_id in candidates if not self._delete_if_dead(seg_id, is_live, stats)]
+        if relocate is None or not live:
+            return stats
+        # Counting resumes after the segment counted last, so old segments that stay
+        # live (a topic kept forever) do not starve the younger ones of the budget.
+        cut = next((i for i, seg_id in enumerate(live) if seg_id > self._census_after), 0)
+        budget = CENSUS_BUDGET
+        for seg_id in live[cut:] + live[:cut]:
+            if budget <= 0:
+                break
             seg = self._segments[seg_id]
-            if self._first_live(seg, is_live):
-                continue
-            with self._lock:
-                del self._segments[seg_id]
-            os.unlink(seg.path)
-            self._retired[seg_id] = seg
-            deleted += 1
-            freed += seg.size
-        return deleted, freed
+            live_bytes, used, budget = self._count_live(seg, is_live, budget)
+            # An unfinished count is where the next pass resumes.
+            self._census_after = seg_id if seg.census is None else seg_id - 1
+            if used and live_bytes < RELOCATE_BELOW * used:
+                stats["vlog_values_relocated"] += self._relocate(seg, is_live, relocate)
+                self._delete_if_dead(seg_id, is_live, stats)
+        return stats
 
-    def _first_live(self, seg: _Segment, is_live: Callable[[bytes, bytes], bool]) -> bool:
+    def _delete_if_dead(
+        self, seg_id: int, is_live: Callable[[bytes, bytes], bool], stats: dict[str, int]
+    ) -> bool:
+        seg = self._segments[seg_id]
+        if self._first_live(seg, is_live):
+            return False
+        with self._lock:
+            del self._segments[seg_id]
+        os.unlink(seg.path)
+        self._retired[seg_id] = seg
+        stats["vlog_segments_deleted"] += 1
+        stats["vlog_bytes_freed"] += seg.size
+        return True
+
+    def _entries(self, seg: _Segment, pos: int) -> Iterator[tuple[int, bytes, int, int]]:
+        """(entry position, key, value position, value length) of each entry from ``pos``
+        on, up to the never-written (zero) or torn rest of the segment."""
         view = seg.view()
         head, head_size = ENTRY_HEAD.unpack_from, ENTRY_HEAD.size
-        pos = seg.scanned_to
         while pos + head_size <= seg.size:
             key_len, value_len = head(view, pos)
-            if key_len == 0:
-                break  # the zero-filled, never-written rest of the segment
             at = pos + head_size + key_len
-            key = view[pos + head_size : at]
-            if is_live(key, POINTER.pack(TAG_POINTER, seg.id, at, value_len)):
+            if key_len == 0 or at + value_len > seg.size:
+                return
+            yield pos, view[pos + head_size : at], at, value_len
+            pos = at + value_len
+
+    def _first_live(self, seg: _Segment, is_live: Callable[[bytes, bytes], bool]) -> bool:
+        end = seg.scanned_to
+        for pos, key, at, n in self._entries(seg, seg.scanned_to):
+            if is_live(key, POINTER.pack(TAG_POINTER, seg.id, at, n)):
                 seg.scanned_to = pos
                 return True
-            pos = at + value_len
-        seg.scanned_to = pos
+            end = at + n
+        seg.scanned_to = end
         return False
+
+    def _count_live(
+        self, seg: _Segment, is_live: Callable[[bytes, bytes], bool], budget: int
+    ) -> tuple[int, int, int]:
+        """-> (live bytes, bytes the segment's entries take, budget left); used is 0 while
+        the count is unfinished (it resumes in the next pass)."""
+        pos, live = seg.census or (seg.scanned_to, 0)
+        end = pos
+        for entry, key, at, n in self._entries(seg, pos):
+            if budget <= 0:
+                seg.census = (entry, live)
+                return 0, 0, 0
+            budget -= 1
+            if is_live(key, POINTER.pack(TAG_POINTER, seg.id, at, n)):
+                live += at + n - entry
+            end = at + n
+        seg.census = None  # finished: the next pass counts afresh (values only die)
+        return live, end - len(MAGIC), budget
+
+    def _relocate(
+        self,
+        seg: _Segment,
+        is_live: Callable[[bytes, bytes], bool],
+        relocate: Callable[[list[tuple[bytes, bytes, bytes]]], int],
+    ) -> int:
+        view, moved, chunk = seg.view(), 0, []
+        for _, key, at, n in self._entries(seg, seg.scanned_to):
+            pointer = POINTER.pack(TAG_POINTER, seg.id, at, n)
+            if is_live(key, pointer):
+                chunk.append((key, pointer, view[at : at + n]))
+                if len(chunk) >= RELOCATE_CHUNK:
+                    moved += relocate(chunk)
+                    chunk = []
+        if chunk:
+            moved += relocate(chunk)
+        return moved
 
     def stats(self) -> dict[str, int]:
         with self._lock:
