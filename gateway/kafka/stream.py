@@ -67,12 +67,8 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self._push(exc if exc is not None else None)
-        self._write_paused = False
-        for waiter in self._drain_waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._drain_waiters.clear()
+        self._push(exc)
+        self.resume_writing()  # drain() then raises: the connection is gone
 
     def pause_writing(self) -> None:
         self._write_paused = True
