@@ -97,6 +97,7 @@ class ValueLog:
         self._dirty: set[int] = set()  # descriptors written since the last fdatasync
         self._sealed: list[int] = []  # descriptors of segments no longer appended to
         self._dirty_since_flush = False  # stage() wrote part of its entries already
+        self._must_roll = False  # a write failed: the next one starts a new segment
         # Every segment below this id is complete: each write that put entries there has
         # also written LevelDB's rows, so its liveness can be judged from LevelDB alone.
         self.complete_below = max(self._segments, default=0) + 1
@@ -106,8 +107,10 @@ class ValueLog:
 
     def _open_segment(self, seg_id: int, size: int) -> None:
         path = os.path.join(self.directory, _segment_name(seg_id))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = dsync_fd = -1
         try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            dsync_fd = os.open(path, os.O_WRONLY | os.O_DSYNC)
             os.ftruncate(fd, size)
             os.pwrite(fd, MAGIC, 0)
             os.fdatasync(fd)
@@ -117,13 +120,12 @@ class ValueLog:
             finally:
                 os.close(dir_fd)
         except OSError:
-            os.close(fd)
-            os.unlink(path)
-            raise
-        try:
-            dsync_fd = os.open(path, os.O_WRONLY | os.O_DSYNC)
-        except OSError:
-            os.close(fd)
+            for d in (fd, dsync_fd):
+                if d >= 0:
+                    os.close(d)
+            if fd >= 0:  # ours (O_EXCL): leave no half-made segment to collide with
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             raise
         if self._fd >= 0:
             self._sealed.append(self._fd)
@@ -145,6 +147,12 @@ class ValueLog:
         its pointer put instead. -> whether anything was appended (``flush`` before the
         LevelDB batch is written). One loop, few calls: it runs once per message."""
         assert self._active is not None
+        if self._must_roll:
+            try:
+                self._open_segment(self._active.id + 1, self._segment_bytes)
+            except OSError as exc:
+                raise BackendError(f"value log: cannot start a new segment: {exc}") from exc
+            self._must_roll = False
         seg_id, limit, pos = self._active.id, self._active.size, self._pos
         parts = self._pending
         head, pointer, inline = ENTRY_HEAD.pack, POINTER.pack, _INLINE.__add__
@@ -161,10 +169,15 @@ class ValueLog:
             need = 8 + kn + n
             if pos + need > limit:
                 self._pos, self._pending_bytes = pos, self._pending_bytes + pos - start
-                self._write_pending()
-                self._dirty_since_flush = True
-                # A value larger than a segment gets a segment of its own size.
-                self._open_segment(seg_id + 1, max(self._segment_bytes, need + len(MAGIC)))
+                try:
+                    self._write_pending()
+                    self._dirty_since_flush = True
+                    # A value larger than a segment gets a segment of its own size.
+                    size = max(self._segment_bytes, need + len(MAGIC))
+                    self._open_segment(seg_id + 1, size)
+                except OSError as exc:
+                    self.discard()
+                    raise BackendError(f"value log write failed: {exc}") from exc
                 assert self._active is not None
                 seg_id, limit, pos = self._active.id, self._active.size, self._pos
                 start, parts = pos, self._pending
@@ -221,18 +234,15 @@ class ValueLog:
             self._sealed.remove(fd)
 
     def discard(self) -> None:
-        """A write failed: after a failed write or fsync a segment's tail is unknown, so
-        appending goes on in a new segment. Nothing in LevelDB points at the old tail."""
-        self._pending.clear()
+        """A write failed: nothing LevelDB holds points past the last durable write, and
+        after a failed write or fsync the segment's tail is unknown (perhaps a hole of
+        zeros, which would end a collector's walk early). So no entry is ever appended
+        after it: the next write starts a new segment first, or fails if it cannot."""
+        self._pending = []
         self._pending_bytes = 0
-        assert self._active is not None
         self._dirty_since_flush = False
-        with contextlib.suppress(OSError):  # a failing disk: the next write tries again
-            self._open_segment(self._active.id + 1, self._segment_bytes)
-        for fd in self._sealed:
-            os.close(fd)
-            self._dirty.discard(fd)
-        self._sealed.clear()
+        self._dirty.clear()  # unsynced entries are garbage now; no need to sync them
+        self._must_roll = True
 
     def written(self) -> None:
         """LevelDB's batch is written: every segment but the active one is complete."""
@@ -303,10 +313,10 @@ class ValueLog:
         seg = self._segments[seg_id]
         if self._first_live(seg, is_live):
             return False
-        with self._lock:
+        with self._lock:  # retired first: a read finds it in one table or the other
+            self._retired[seg_id] = seg
             del self._segments[seg_id]
         os.unlink(seg.path)
-        self._retired[seg_id] = seg
         stats["vlog_segments_deleted"] += 1
         stats["vlog_bytes_freed"] += seg.size
         return True

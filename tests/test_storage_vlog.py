@@ -337,3 +337,70 @@ def test_counting_live_bytes_goes_on_across_passes_within_the_budget(
     assert relocated >= 8
     assert {k: v for k, v in b.scan(b"L", b"M")} == {b"L%02d" % i: value(i) for i in range(12)}
     b.close()
+
+
+def test_after_a_failed_write_the_log_never_appends_behind_a_hole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed write may leave a hole in its segment; an acknowledged value appended
+    after the hole would be invisible to the collector's walk, which would then delete
+    it. So the next write starts a new segment."""
+    b = LevelDBBackend(str(tmp_path), vlog_segment_bytes=64 << 10)
+    a = [(b"a%03d" % i, value(i, 300)) for i in range(20)]
+    b.write(a)
+    real = os.pwritev, os.pwrite
+
+    def full(*args: object) -> int:
+        raise OSError(28, "No space left on device (injected)")
+
+    # A full disk: the write fails, and so would starting a new segment right away.
+    monkeypatch.setattr(os, "pwritev", full)
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(BackendError):
+        b.write([(b"b%03d" % i, value(i, 300)) for i in range(20)])
+    monkeypatch.setattr(os, "pwritev", real[0])
+    monkeypatch.setattr(os, "pwrite", real[1])
+    c = [(b"c%03d" % i, value(i, 300)) for i in range(20)]
+    b.write(c)
+    seg_of = lambda key: int.from_bytes(b._db.get(key)[1:5], "big")  # noqa: E731
+    assert seg_of(b"c000") > seg_of(b"a000")
+    b.write([(k, None) for k, _ in a])
+    b.write([(b"z%03d" % i, value(i, 40_000)) for i in range(17)])  # rolls past C's segment
+    for _ in range(3):
+        b.collect_garbage()
+    assert dict(b.scan(b"c", b"d")) == dict(c)
+    b.close()
+    b = LevelDBBackend(str(tmp_path), vlog_segment_bytes=64 << 10)
+    try:
+        assert dict(b.scan(b"c", b"d")) == dict(c)
+    finally:
+        b.close()
+
+
+def test_a_failed_segment_creation_leaves_nothing_in_the_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = LevelDBBackend(str(tmp_path), vlog_segment_bytes=64 << 10)
+    real_open = os.open
+    failures = [1]
+
+    def flaky_open(path: str, flags: int, *args: object) -> int:
+        if failures and flags & os.O_DSYNC:
+            failures.pop()
+            raise OSError(24, "Too many open files (injected)")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", flaky_open)
+    written = {}
+    for i in range(6):  # each write needs a new segment
+        batch = [(b"k%02d%02d" % (i, j), value(j, 4000)) for j in range(20)]
+        try:
+            b.write(batch)
+        except BackendError:
+            assert i == 0  # only the write that met the failure fails
+            continue
+        written.update(batch)
+    monkeypatch.setattr(os, "open", real_open)
+    assert len(written) == 100
+    assert dict(b.scan(b"", b"\xff")) == written
+    b.close()
