@@ -178,12 +178,16 @@ def _link_segments(src_dir: str, dest_dir: str) -> None:
     if not os.path.isdir(src_dir):
         return
     for name in os.listdir(src_dir):
-        target = os.path.join(dest_dir, name)
-        if os.path.exists(target):
-            continue
+        src, target = os.path.join(src_dir, name), os.path.join(dest_dir, name)
         try:
-            os.link(os.path.join(src_dir, name), target)
+            if os.path.exists(target):
+                if os.path.samefile(src, target):
+                    continue  # linked: it sees everything appended since
+                # Copied (another file system): the active segment may have grown since.
+                shutil.copy2(src, target)
+                continue
+            os.link(src, target)
         except FileNotFoundError:
             continue  # collected meanwhile: nothing the copy's LevelDB points at
         except OSError:
-            shutil.copy2(os.path.join(src_dir, name), target)
+            shutil.copy2(src, target)

@@ -19,6 +19,7 @@ the two leaves an unreferenced tail, which is garbage, never a dangling pointer.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import mmap
 import os
@@ -40,6 +41,9 @@ TAG_POINTER = 1
 RELOCATE_BELOW = 0.5
 CENSUS_BUDGET = 200_000  # entries checked against LevelDB per collection pass (~0.5 s)
 RELOCATE_CHUNK = 512  # live values moved per LevelDB batch (the writer waits for each)
+# Python's mmap keeps a duplicate of the file's descriptor, so mappings are limited: the
+# oldest is unmapped when one more is needed (and mapped again when read again).
+MAX_MAPPED = 256
 _INLINE = b"\x00"  # the tag of a value kept in LevelDB itself
 _IOV_MAX = 1024
 _NAME = re.compile(r"^(\d{16})\.vlog$")
@@ -59,12 +63,6 @@ class _Segment:
         self.map: mmap.mmap | None = None
         self.scanned_to = len(MAGIC)  # garbage collection: entries before this are dead
         self.census: tuple[int, int] | None = None  # a count in progress: (position, live)
-
-    def view(self) -> mmap.mmap:
-        if self.map is None:
-            with open(self.path, "rb") as f:
-                self.map = mmap.mmap(f.fileno(), self.size, access=mmap.ACCESS_READ)
-        return self.map
 
 
 class ValueLog:
@@ -88,6 +86,7 @@ class ValueLog:
         # their rows were deleted may yet follow a pointer into one.
         self._retired: dict[int, _Segment] = {}
         self._census_after = 0  # the segment whose live bytes were counted last
+        self._mapped: collections.deque[_Segment] = collections.deque()  # oldest first
         self._lock = threading.Lock()  # guards the segment table against the collector
         self._fd = self._dsync_fd = -1
         self._active: _Segment | None = None
@@ -256,10 +255,31 @@ class ValueLog:
         seg = self._segments.get(seg_id) or self._retired.get(seg_id)
         if seg is None:
             raise BackendError(f"value log segment {seg_id} is missing from {self.directory}")
-        try:
-            return seg.view()[at : at + length]
-        except (ValueError, OSError) as exc:  # collected while a very old scan still ran
-            raise BackendError(f"value log segment {seg_id} was collected: {exc}") from exc
+        for _ in range(3):
+            try:
+                return self._view(seg)[at : at + length]
+            except ValueError:  # unmapped by another thread meanwhile: map it again
+                continue
+            except OSError as exc:  # collected while a very old scan still ran
+                raise BackendError(f"value log segment {seg_id} was collected: {exc}") from exc
+        raise BackendError(f"value log segment {seg_id} could not be mapped")
+
+    def _view(self, seg: _Segment) -> mmap.mmap:
+        m = seg.map
+        if m is not None:
+            return m
+        with self._lock:
+            if seg.map is None:
+                with open(seg.path, "rb") as f:
+                    seg.map = mmap.mmap(f.fileno(), seg.size, access=mmap.ACCESS_READ)
+                self._mapped.append(seg)
+                while len(self._mapped) > MAX_MAPPED:
+                    old = self._mapped.popleft()
+                    # A retired segment's file is gone: its map stays until the next pass.
+                    if old.map is not None and old.id not in self._retired:
+                        old.map.close()
+                        old.map = None
+            return seg.map
 
     # -- garbage collection ----------------------------------------------------------------
 
@@ -281,10 +301,12 @@ class ValueLog:
         """
         # Mappings of segments deleted by the previous pass go now: a scan that began
         # before that pass may have held a pointer into them until then.
-        for seg in self._retired.values():
-            if seg.map is not None:
-                seg.map.close()
-        self._retired = {}
+        with self._lock:
+            for seg in self._retired.values():
+                if seg.map is not None:
+                    seg.map.close()
+                    seg.map = None
+            self._retired = {}
         stats = {"vlog_segments_deleted": 0, "vlog_bytes_freed": 0, "vlog_values_relocated": 0}
         with self._lock:
             candidates = sorted(s for s in self._segments if s < self.complete_below)
@@ -324,7 +346,7 @@ class ValueLog:
     def _entries(self, seg: _Segment, pos: int) -> Iterator[tuple[int, bytes, int, int]]:
         """(entry position, key, value position, value length) of each entry from ``pos``
         on, up to the never-written (zero) or torn rest of the segment."""
-        view = seg.view()
+        view = self._view(seg)
         head, head_size = ENTRY_HEAD.unpack_from, ENTRY_HEAD.size
         while pos + head_size <= seg.size:
             key_len, value_len = head(view, pos)
@@ -368,7 +390,7 @@ class ValueLog:
         is_live: Callable[[bytes, bytes], bool],
         relocate: Callable[[list[tuple[bytes, bytes, bytes]]], int],
     ) -> int:
-        view, moved, chunk = seg.view(), 0, []
+        view, moved, chunk = self._view(seg), 0, []
         for _, key, at, n in self._entries(seg, seg.scanned_to):
             pointer = POINTER.pack(TAG_POINTER, seg.id, at, n)
             if is_live(key, pointer):

@@ -404,3 +404,58 @@ def test_a_failed_segment_creation_leaves_nothing_in_the_way(
     assert len(written) == 100
     assert dict(b.scan(b"", b"\xff")) == written
     b.close()
+
+
+def test_mappings_are_bounded_and_values_stay_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each mapping holds a file descriptor: only MAX_MAPPED segments stay mapped."""
+    monkeypatch.setattr(vlog, "MAX_MAPPED", 3)
+    b = LevelDBBackend(str(tmp_path), vlog_segment_bytes=16 << 10)
+    written = {}
+    for i in range(20):
+        batch = [(b"k%02d%d" % (i, j), value(i * 10 + j)) for j in range(8)]
+        b.write(batch)
+        written.update(batch)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    for _ in range(2):
+        assert dict(b.scan(b"", b"\xff")) == written
+    assert sum(1 for s in b._vlog._segments.values() if s.map is not None) <= 3
+    assert len(os.listdir("/proc/self/fd")) <= fds_before + 3
+    b.close()
+
+
+def test_a_snapshot_on_another_file_system_copies_what_was_appended_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tmsgate.storage.leveldb import snapshot_copy
+
+    store = tmp_path / "store"
+    b = LevelDBBackend(str(store))
+    b.write([(b"a", value(1))])
+    real_link, real_copy = os.link, leveldb.shutil.copy2
+
+    def cross_device(src: str, dst: str) -> None:
+        raise OSError(18, "Invalid cross-device link (injected)")
+
+    copies = [0]
+
+    def copy_then_write(src: str, dst: str) -> object:
+        out = real_copy(src, dst)
+        copies[0] += 1
+        if copies[0] == 1:  # between the first segment copy and LevelDB's files
+            b.write([(b"b", value(2))])
+        return out
+
+    monkeypatch.setattr(os, "link", cross_device)
+    monkeypatch.setattr(leveldb.shutil, "copy2", copy_then_write)
+    dest = snapshot_copy(str(store))
+    monkeypatch.setattr(os, "link", real_link)
+    monkeypatch.setattr(leveldb.shutil, "copy2", real_copy)
+    copy = LevelDBBackend(dest, temporary=True)
+    try:
+        assert copy.get(b"a") == value(1)
+        assert copy.get(b"b") in (None, value(2))  # never zeros: all or nothing
+    finally:
+        copy.close()
+        b.close()
