@@ -10,7 +10,13 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tmsgate.gateway.kafka.stream import MAX_QUEUED_FRAMES, STAGING_BYTES, FrameStream
+from tmsgate.gateway.kafka.stream import (
+    BODY_CHUNK_BYTES,
+    MAX_QUEUED_BYTES,
+    MAX_QUEUED_FRAMES,
+    STAGING_BYTES,
+    FrameStream,
+)
 from tmsgate.protocol import FrameTooLarge, KafkaConnection
 
 
@@ -143,3 +149,36 @@ def test_writes_wait_while_the_transport_is_paused() -> None:
             await stream.drain()
 
     asyncio.run(run())
+
+
+def test_a_large_frame_is_received_in_chunks_as_its_bytes_arrive() -> None:
+    size = 5 * BODY_CHUNK_BYTES + 12345
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    for cuts in ([], [1000], [BODY_CHUNK_BYTES], [7, 65536, 3_000_001]):
+        stream, _ = opened(limit=1 << 30)
+        feed(stream, framed([body, b"after"]), cuts)
+        assert asyncio.run(drain_frames(stream, 2)) == [body, b"after"]
+
+
+def test_a_length_prefix_alone_reserves_no_memory() -> None:
+    stream, _ = opened(limit=1 << 30)
+    feed(stream, struct.pack(">i", 500 << 20) + b"abc", [])
+    held = sum(len(c) for c in stream._chunks)
+    assert held <= BODY_CHUNK_BYTES + STAGING_BYTES  # not the 500 MiB announced
+
+
+def test_queued_bytes_stop_reading_too() -> None:
+    stream, transport = opened(limit=1 << 30)
+    frames = [bytes(2 << 20)] * (MAX_QUEUED_BYTES // (2 << 20))
+    feed(stream, framed(frames), [])
+    assert transport.paused and len(frames) < MAX_QUEUED_FRAMES
+    asyncio.run(drain_frames(stream, len(frames) // 2 + 1))
+    assert not transport.paused
+
+
+def test_a_half_closed_connection_stays_open_for_the_answers() -> None:
+    stream, transport = opened()
+    feed(stream, framed([b"last request"]), [])
+    assert stream.eof_received() is True  # asyncio keeps the transport open for writing
+    assert not transport.closed
+    assert asyncio.run(drain_frames(stream, 2)) == [b"last request", None]

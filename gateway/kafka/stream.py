@@ -16,7 +16,11 @@ import collections
 from collections.abc import Callable, Iterable
 
 STAGING_BYTES = 64 << 10
-MAX_QUEUED_FRAMES = 64  # beyond this the socket is not read: the client is pushed back
+BODY_CHUNK_BYTES = 1 << 20  # a large frame's memory grows as its bytes arrive, by this
+# Frames received but not yet taken; beyond either limit the socket is not read, which
+# pushes back on the client (reading resumes below half of both).
+MAX_QUEUED_FRAMES = 64
+MAX_QUEUED_BYTES = 16 << 20
 
 
 class FrameStream(asyncio.BufferedProtocol):
@@ -29,10 +33,15 @@ class FrameStream(asyncio.BufferedProtocol):
         self._stage = bytearray(STAGING_BYTES)
         self._stage_view = memoryview(self._stage)
         self._start = self._end = 0  # unparsed bytes are _stage[_start:_end]
-        self._body: bytearray | None = None  # a large frame being received in place
-        self._body_view: memoryview | None = None
+        # A frame too large for the staging buffer is received into chunks of its own,
+        # allocated as its bytes arrive (a length prefix alone reserves nothing).
+        self._body_size = 0  # 0: no large frame in progress
         self._body_got = 0
+        self._chunks: list[bytes | bytearray] = []
+        self._chunk_view: memoryview | None = None
+        self._chunk_got = 0
         self._frames: collections.deque[bytes | BaseException | None] = collections.deque()
+        self._queued_bytes = 0
         self._waiter: asyncio.Future[None] | None = None
         self._paused_reading = False
         self._write_paused = False
@@ -45,25 +54,36 @@ class FrameStream(asyncio.BufferedProtocol):
         self._on_open(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._body_view is not None:
-            return self._body_view[self._body_got :]
+        if self._chunk_view is not None:
+            return self._chunk_view[self._chunk_got :]
         if self._end == STAGING_BYTES:  # full of a partial frame's head: make room
             self._compact()
         return self._stage_view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._body is not None:
+        if self._chunk_view is not None:
             self._body_got += nbytes
-            if self._body_got == len(self._body):
-                frame, self._body, self._body_view = bytes(self._body), None, None
+            self._chunk_got += nbytes
+            if self._body_got == self._body_size:
+                frame = b"".join(self._chunks)
+                self._chunks, self._chunk_view, self._body_size = [], None, 0
                 self._push(frame)
+            elif self._chunk_got == len(self._chunk_view):
+                self._next_chunk()
             return
         self._end += nbytes
         self._parse()
 
+    def _next_chunk(self) -> None:
+        chunk = bytearray(min(BODY_CHUNK_BYTES, self._body_size - self._body_got))
+        self._chunks.append(chunk)
+        self._chunk_view, self._chunk_got = memoryview(chunk), 0
+
     def eof_received(self) -> bool:
         self._push(None)
-        return False  # close the transport
+        # Keep the transport open for writing: a client that half-closes still gets the
+        # answers to what it sent; the connection closes once they are written.
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -97,10 +117,10 @@ class FrameStream(asyncio.BufferedProtocol):
                 start += 4 + size
                 continue
             if size + 4 > STAGING_BYTES:
-                # Too large for the staging buffer: its body gets a buffer of its own.
-                body = bytearray(size)
-                body[:have] = stage[start + 4 : end]
-                self._body, self._body_view, self._body_got = body, memoryview(body), have
+                # Too large for the staging buffer: its body goes to chunks of its own.
+                self._chunks = [bytes(stage[start + 4 : end])]
+                self._body_size, self._body_got = size, have
+                self._next_chunk()
                 start = end
             break
         if start == end:
@@ -116,7 +136,9 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def _push(self, item: bytes | BaseException | None) -> None:
         self._frames.append(item)
-        if len(self._frames) >= MAX_QUEUED_FRAMES:
+        if isinstance(item, bytes):
+            self._queued_bytes += len(item)
+        if len(self._frames) >= MAX_QUEUED_FRAMES or self._queued_bytes >= MAX_QUEUED_BYTES:
             self._pause_reading()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -137,7 +159,13 @@ class FrameStream(asyncio.BufferedProtocol):
             finally:
                 self._waiter = None
         item = self._frames.popleft()
-        if self._paused_reading and len(self._frames) < MAX_QUEUED_FRAMES // 2:
+        if isinstance(item, bytes):
+            self._queued_bytes -= len(item)
+        if (
+            self._paused_reading
+            and len(self._frames) < MAX_QUEUED_FRAMES // 2
+            and self._queued_bytes < MAX_QUEUED_BYTES // 2
+        ):
             self._paused_reading = False
             if self.transport is not None and not self._closed:
                 self.transport.resume_reading()
