@@ -15,6 +15,8 @@ per measurement (created with confluent-kafka's AdminClient, 1 partition, RF 1):
             to the last acknowledgement; every delivery report is checked.
   consume   msgs/s from the earliest offset, assign() + seek to the beginning, no group
             commits; each client reads back the topic it produced in the same run.
+            confluent-kafka runs with fetch.queue.backoff.ms=10 (default 1000), so a full
+            client queue is not counted as a second of broker time.
   latency   end-to-end p50/p99: a confluent-kafka producer (linger.ms=0, acks=all) sends
             perf_counter_ns() stamps at a steady rate; a confluent-kafka consumer
             (fetch.min.bytes=1, fetch.wait.max.ms=100) assigned at the log end offset
@@ -345,6 +347,10 @@ def consume_confluent(bootstrap: str, topic: str, n: int) -> float:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
+            # librdkafka stops fetching for fetch.queue.backoff.ms (default 1 s) whenever
+            # its local queue fills (64 MB): a broker that outruns the application then
+            # measured a whole second idle, in some runs and not others.
+            "fetch.queue.backoff.ms": 10,
         }
     )
     try:
