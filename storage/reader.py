@@ -223,6 +223,11 @@ def read(
     return ReadResult(out, resume, held)
 
 
+def first_row_at(backend: Backend, st: TopicState, key: bytes) -> tuple[bytes, int] | None:
+    """The first row at or after ``key``: (its key, its base offset), or None."""
+    return _row_at(backend, key, keys.prefix_end(st.msg_prefix))
+
+
 def first_offset_at(backend: Backend, st: TopicState, key: bytes, default: int) -> int:
     """The base offset of the first row at or after ``key`` (``default`` if there is none)."""
     for _, value in backend.scan(key, keys.prefix_end(st.msg_prefix)):

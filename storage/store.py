@@ -69,6 +69,9 @@ def open_store(url: str, *, snapshot: bool = False, **options: object) -> Store:
     return Store(open_backend(url, snapshot=snapshot), **options)  # type: ignore[arg-type]
 
 
+_RESUME_KEYS = 64  # per topic: one per consumer position worth remembering
+
+
 class Store:
     def __init__(
         self,
@@ -319,19 +322,23 @@ class Store:
         now = self._clock()
         nxt = st.visible_offset
         if offset is not None:
-            earliest = self._earliest(st, now)
+            earliest = self._earliest(st, now, nxt)
             if offset < earliest or offset > nxt:
                 raise OffsetOutOfRange(offset, earliest, nxt)
             if offset == nxt:
                 return ReadResult([], nxt)
-            scan = reader.start_for_offset(self._backend, st, offset)
+            key = st.resume_keys.get(offset)
+            if key is not None and key.startswith(st.msg_prefix):
+                scan = reader.ScanStart(key, skip_below_offset=offset)
+            else:
+                scan = reader.start_for_offset(self._backend, st, offset)
         elif isinstance(start, bytes):
             scan = reader.start_for_id(st, MessageId(start), inclusive)
         elif isinstance(start, int):
             scan = reader.start_for_time(st, start, inclusive)
         else:
             scan = reader.ScanStart(st.msg_prefix)
-        return reader.read(
+        res = reader.read(
             self._backend,
             st,
             scan,
@@ -341,6 +348,15 @@ class Store:
             tx=tx,
             next_offset=nxt,
         )
+        if res.messages and res.messages[-1].write_pointer is None:
+            # The last message's row (one message, no transaction) was read whole, so the
+            # rows for every later offset have greater keys: the next read by offset can
+            # start right after it instead of searching.
+            hints = st.resume_keys
+            if len(hints) >= _RESUME_KEYS:
+                hints.clear()  # atomic, unlike evicting one while other readers do too
+            hints[res.next_offset] = st.msg_prefix + res.messages[-1].id[:10] + b"\x00"
+        return res
 
     def poll(
         self,
@@ -360,12 +376,27 @@ class Store:
         """(earliest, next): the dense offset range currently readable."""
         self._check_open()
         st = self._state(topic)
-        return self._earliest(st, self._clock()), st.visible_offset
+        nxt = st.visible_offset
+        return self._earliest(st, self._clock(), nxt), nxt
 
-    def _earliest(self, st: TopicState, now: int) -> int:
-        return reader.first_offset_at(
-            self._backend, st, reader.ttl_floor_key(st, now), st.visible_offset
-        )
+    def _earliest(self, st: TopicState, now: int, nxt: int) -> int:
+        """The earliest readable offset, never above ``nxt`` (the caller's view of the
+        visible end: the writer may move it on meanwhile, and the pair must agree)."""
+        # The first row at or above the retention floor stays the first while the floor
+        # has not passed it: rows are only appended above it, and the janitor deletes
+        # only rows below the floor (or of older generations: another prefix, so another
+        # floor, which the check below refuses).
+        floor = reader.ttl_floor_key(st, now)
+        cached = st.first_row
+        # Valid while the floor has not passed the row nor gone back (a longer ttl, or
+        # none, uncovers older rows again).
+        if cached is not None and cached[0] <= floor <= cached[1]:
+            return min(cached[2], nxt)
+        row = reader.first_row_at(self._backend, st, floor)
+        if row is None or row[1] >= nxt:  # nothing visible yet: not cached
+            return nxt
+        st.first_row = (floor, *row)
+        return row[1]
 
     def offset_for_time(self, topic: TopicId, ts_ms: int) -> int:
         """The first offset published at or after ``ts_ms`` (the next offset if none)."""

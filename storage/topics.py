@@ -88,6 +88,12 @@ class TopicState:
     published_refs: set[int] = field(default_factory=set)  # wps already made visible
     open_tx_rows: list[OpenTxRow] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Read-side caches, each saving LevelDB seeks on every fetch of a consumer that keeps
+    # up: the first row (key, base offset) at or above the retention floor, and where
+    # reads that ended at an offset may continue (offset -> scan start key). Both stay
+    # true as rows are appended, since offsets grow with keys; see Store._earliest.
+    first_row: tuple[bytes, bytes, int] | None = None  # (floor then, key, base offset)
+    resume_keys: dict[int, bytes] = field(default_factory=dict)
 
     @property
     def topic(self) -> TopicId:

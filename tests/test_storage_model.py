@@ -111,6 +111,7 @@ class StoreModel(RuleBasedStateMachine):
         self.expected_ids: dict[int, MessageId] = {}  # offset -> id from a PublishResult
         self.ref_prefixes: dict[int, bytes] = {}  # base offset of a reference row -> id[:10]
         self.counter = 0
+        self.continue_at: int | None = None  # where the last read by offset ended
 
     def teardown(self) -> None:
         try:
@@ -375,6 +376,18 @@ class StoreModel(RuleBasedStateMachine):
         reader, model = self.pick_reader(data) if tx else (None, None)
         res = self.store.read(self.topic, offset=offset, max_messages=limit, tx=reader)
         self.check_read(res, self.expected_read(tx=tx, reader=model, limit=limit, offset=offset))
+        self.continue_at = res.next_offset
+
+    @precondition(lambda self: self.continue_at is not None)
+    @rule(limit=LIMIT)
+    def poll_continuing(self, limit: int) -> None:
+        """A consumer keeping up: it reads on from where its last read ended (the store
+        then starts from a remembered key instead of searching)."""
+        offset = self.continue_at
+        assert offset is not None
+        res = self.store.read(self.topic, offset=offset, max_messages=limit)
+        self.check_read(res, self.expected_read(tx=False, reader=None, limit=limit, offset=offset))
+        self.continue_at = res.next_offset
 
     @precondition(lambda self: self.ids)
     @rule(data=st.data(), limit=LIMIT, tx=st.booleans(), inclusive=st.booleans())

@@ -1157,3 +1157,18 @@ def test_every_offset_is_found_in_uneven_data(store: Store, topic: TopicId, cloc
     for offset in range(nxt):
         (msg,) = store.poll(topic, offset=offset, limit=1)
         assert msg.offset == offset
+
+
+def test_earliest_offset_follows_the_ttl_both_ways(store: Store, topic: TopicId, clock) -> None:
+    """The earliest offset is cached per topic; a longer ttl (or none) must uncover the
+    rows a shorter one hid, and the cache must not hide them."""
+    store.publish(topic, [b"old"])
+    clock.advance(10_000)
+    store.publish(topic, [b"new"])
+    assert store.offsets(topic) == (0, 2)
+    store.update_topic(topic, {"ttl": "5"})  # 5 s: the first message is past it
+    assert store.offsets(topic) == (1, 2)
+    assert store.offsets(topic) == (1, 2)  # from the cache
+    store.update_topic(topic, {})  # no ttl: the janitor has not run, the row is there
+    assert store.offsets(topic) == (0, 2)
+    assert [m.payload for m in store.read(topic, offset=0).messages] == [b"old", b"new"]
