@@ -10,7 +10,8 @@ Layout: ``<store>/vlog/<id:016d>.vlog``, each segment a magic header followed by
 ``key_len(4) value_len(4) key value``; the key is kept so a segment's entries can be
 checked against LevelDB (is this still the value the key points at?) when deciding
 whether a segment is garbage. Segments are created at their full size (sparse) and read
-through one read-only mmap each, so a read is a slice, not a system call.
+through a read-only mmap each (a bounded number at once), so a read is a slice, not a
+system call.
 
 A value reaches disk before LevelDB's row that points at it: the writer appends and
 fdatasyncs the segment, then writes LevelDB's batch (the commit point). A crash between
