@@ -68,24 +68,27 @@ class LevelDBBackend:
             raise BackendError(f"cannot open the value log in {vlog_dir}: {exc}") from exc
 
     def write(self, mutations: Sequence[Mutation], sync: bool = True) -> None:
+        min_bytes = (
+            VALUE_LOG_MIN_BYTES
+            if len(mutations) > SMALL_WRITE_MUTATIONS
+            else SMALL_WRITE_VALUE_LOG_MIN_BYTES
+        )
         with self._write_lock:
-            vlog = self._vlog
-            batch = self._db.write_batch(sync=sync)
-            min_bytes = (
-                VALUE_LOG_MIN_BYTES
-                if len(mutations) > SMALL_WRITE_MUTATIONS
-                else SMALL_WRITE_VALUE_LOG_MIN_BYTES
-            )
-            separated = vlog.stage(mutations, batch.put, batch.delete, min_bytes)
+            self._write_locked(mutations, sync, min_bytes)
+
+    def _write_locked(self, mutations: Sequence[Mutation], sync: bool, min_bytes: int) -> None:
+        vlog = self._vlog
+        batch = self._db.write_batch(sync=sync)
+        separated = vlog.stage(mutations, batch.put, batch.delete, min_bytes)
+        if separated:
+            vlog.flush(sync)  # the values are on disk before the rows that point at them
+        try:
+            batch.write()
+        except plyvel.Error as exc:
             if separated:
-                vlog.flush(sync)  # the values are on disk before the rows that point at them
-            try:
-                batch.write()
-            except plyvel.Error as exc:
-                if separated:
-                    vlog.discard()
-                raise BackendError(f"LevelDB write failed: {exc}") from exc
-            vlog.written()
+                vlog.discard()
+            raise BackendError(f"LevelDB write failed: {exc}") from exc
+        vlog.written()
 
     def get(self, key: bytes) -> bytes | None:
         value = self._db.get(key)
@@ -121,18 +124,8 @@ class LevelDBBackend:
         with self._write_lock:
             get = self._db.get
             moved = [(key, value) for key, pointer, value in entries if get(key) == pointer]
-            if not moved:
-                return 0
-            vlog = self._vlog
-            batch = self._db.write_batch(sync=True)
-            vlog.stage(moved, batch.put, batch.delete, 0)
-            vlog.flush(True)
-            try:
-                batch.write()
-            except plyvel.Error as exc:
-                vlog.discard()
-                raise BackendError(f"LevelDB write failed: {exc}") from exc
-            vlog.written()
+            if moved:
+                self._write_locked(moved, True, 0)  # min 0: every value back into the log
             return len(moved)
 
     def close(self) -> None:

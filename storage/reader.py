@@ -230,9 +230,8 @@ def first_row_at(backend: Backend, st: TopicState, key: bytes) -> tuple[bytes, i
 
 def first_offset_at(backend: Backend, st: TopicState, key: bytes, default: int) -> int:
     """The base offset of the first row at or after ``key`` (``default`` if there is none)."""
-    for _, value in backend.scan(key, keys.prefix_end(st.msg_prefix)):
-        return keys.ROW_HEAD.unpack_from(value)[1]
-    return default
+    row = first_row_at(backend, st, key)
+    return default if row is None else row[1]
 
 
 def _payload_messages(
