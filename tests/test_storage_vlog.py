@@ -3,6 +3,8 @@ segments, and segments no row points into any more are deleted (and only those).
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 from pathlib import Path
 
@@ -459,3 +461,47 @@ def test_a_snapshot_on_another_file_system_copies_what_was_appended_meanwhile(
     finally:
         copy.close()
         b.close()
+
+
+def resident_pages(path: str) -> list[bool]:
+    """Which of a file's pages are in the page cache (mincore over a private mapping)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+    try:
+        start = ctypes.c_char.from_buffer(m)
+        vec = (ctypes.c_ubyte * ((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE))()
+        assert libc.mincore(ctypes.addressof(start), size, vec) == 0, ctypes.get_errno()
+        del start
+        return [bool(v & 1) for v in vec]
+    finally:
+        m.close()
+
+
+def test_only_the_newest_writes_stay_in_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Older durable bytes are dropped from the page cache, even pages a reader mapped;
+    every value still reads back (from the disk)."""
+    monkeypatch.setattr(vlog, "CACHE_WINDOW", 256 << 10)
+    monkeypatch.setattr(vlog, "_DROP_STEP", 32 << 10)
+    b = LevelDBBackend(str(tmp_path), vlog_segment_bytes=512 << 10)
+    written: dict[bytes, bytes] = {}
+    for i in range(80):  # ~2.5 MiB: five segments
+        batch = [(b"k%03d%02d" % (i, j), value(i * 100 + j)) for j in range(32)]
+        b.write(batch)
+        written.update(batch)
+        if i == 4:  # a reader maps the first segment's pages before they leave the window
+            assert b.get(b"k00000") == written[b"k00000"]
+    names = segments(tmp_path)
+    assert len(names) >= 5
+    first = resident_pages(str(tmp_path / VLOG_DIR / names[0]))
+    last = resident_pages(str(tmp_path / VLOG_DIR / names[-1]))
+    assert not any(first[:-1]), "the oldest segment is still cached"
+    head = b._vlog._pos // mmap.PAGESIZE
+    newest = last[head - (192 << 10) // mmap.PAGESIZE : head]
+    assert all(newest), "the newest writes were dropped"
+    assert dict(b.scan(b"", b"\xff")) == written
+    b.close()
