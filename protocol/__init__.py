@@ -28,6 +28,12 @@ from ._errors import (
     UnsupportedMessageFormat,
 )
 from ._meta import decode_meta, encode_meta, meta_timestamp, pack_timestamp_meta
+from ._produce_response import (
+    PartitionResult,
+    ProduceResult,
+    TopicResult,
+    encode_produce_response,
+)
 from ._records import (
     FetchRecord,
     ProducedBatch,
@@ -58,9 +64,12 @@ __all__ = [
     "KafkaConnection",
     "MalformedMeta",
     "MalformedRequest",
+    "PartitionResult",
+    "ProduceResult",
     "ProducedBatch",
     "ProtocolError",
     "Request",
+    "TopicResult",
     "UnsupportedMessageFormat",
     "api_name",
     "batch_next_offset",
@@ -72,6 +81,7 @@ __all__ = [
     "decode_request",
     "empty_batch",
     "encode_meta",
+    "encode_produce_response",
     "encode_response",
     "meta_timestamp",
     "pack_timestamp_meta",

@@ -38,7 +38,7 @@ class FailingDisk:
 async def send(broker: Broker, raw: bytes, cid: int) -> tuple[int, int]:
     req = Request(0, 9, cid, "c", kr.produce("t", raw), 0)
     ctx = RequestContext(broker, req, "peer")
-    part = (await produce_handler.handle(ctx, req.body)).responses[0].partition_responses[0]
+    part = (await produce_handler.handle(ctx, req.body)).topics[0].partitions[0]
     return part.error_code, part.base_offset
 
 

@@ -14,12 +14,14 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.producer import ProduceResponse
 from tmsgate.protocol import (
     ApiKey,
     ErrorCode,
+    PartitionResult,
     ProducedBatch,
+    ProduceResult,
     ProtocolError,
+    TopicResult,
     decode_batch,
     split_batches,
 )
@@ -33,8 +35,6 @@ from ..routes import Route
 from ..topics import TopicInfo
 
 log = logging.getLogger("tmsgate.kafka.produce")
-_TopicResp = ProduceResponse.TopicProduceResponse
-_PartResp = _TopicResp.PartitionProduceResponse
 
 
 @dataclass(slots=True)
@@ -201,18 +201,13 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             if done.error:
                 ctx.broker.metrics.partition_errors.labels("Produce", done.error.name).inc()
             responses.append(
-                _PartResp(
-                    index=index,
-                    error_code=done.error,
-                    base_offset=done.base_offset,
-                    log_append_time_ms=done.log_append_time,
-                    log_start_offset=-1,
-                    record_errors=[],
-                    error_message=done.message,
+                PartitionResult(
+                    index, done.error, done.base_offset, done.log_append_time, -1, done.message
                 )
             )
-        topics.append(_TopicResp(name=td.name, topic_id=td.topic_id, partition_responses=responses))
-    return ctx.response(responses=topics, throttle_time_ms=0)
+        topics.append(TopicResult(td.name, td.topic_id, responses))
+    # Encoded directly, not through kafka-python's generic encoder: see ProduceResult.
+    return ProduceResult(ctx.version, topics)
 
 
 async def _no_response(ctx: RequestContext, pending: list[Any]) -> None:
