@@ -27,6 +27,7 @@ from ._errors import (
     ProtocolError,
     UnsupportedMessageFormat,
 )
+from ._fetch_response import FetchPartition, FetchResult, FetchTopic, encode_fetch_response
 from ._meta import decode_meta, encode_meta, meta_timestamp, pack_timestamp_meta
 from ._produce_response import (
     PartitionResult,
@@ -58,7 +59,10 @@ __all__ = [
     "CorruptRecords",
     "ErrorCode",
     "Event",
+    "FetchPartition",
     "FetchRecord",
+    "FetchResult",
+    "FetchTopic",
     "FrameTooLarge",
     "InvalidRecords",
     "KafkaConnection",
@@ -80,6 +84,7 @@ __all__ = [
     "decode_records",
     "decode_request",
     "empty_batch",
+    "encode_fetch_response",
     "encode_meta",
     "encode_produce_response",
     "encode_response",

@@ -16,6 +16,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from ._apis import decodable_versions, is_flexible_request, request_class, request_classes
 from ._errors import ConnectionClosed, FrameTooLarge, MalformedRequest
+from ._fetch_response import FetchResult
 from ._produce_response import ProduceResult
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
@@ -236,11 +237,14 @@ def response_class(api_key: int, api_version: int) -> type[ApiMessage]:
 
 
 def encode_response(
-    correlation_id: int, response: ApiMessage | ProduceResult
-) -> list[bytes | bytearray]:
-    """Frame a response (header version picked by the library) -> chunks for writelines."""
+    correlation_id: int, response: ApiMessage | ProduceResult | FetchResult
+) -> list[bytes | bytearray | memoryview]:
+    """Frame a response (header version picked by the library) -> chunks for writelines.
+    Produce and Fetch answers, one per message at low rates, are encoded directly."""
     if type(response) is ProduceResult:
         return [response.frame(correlation_id)]
+    if type(response) is FetchResult:
+        return response.frame(correlation_id)
     response.with_header(correlation_id=correlation_id)
     # encode() returns a fresh bytearray (a slice of its pooled buffer): safe to keep.
     return [response.encode(header=True, framed=True)]

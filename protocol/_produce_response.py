@@ -17,10 +17,11 @@ import uuid
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from ._primitives import EMPTY_TAGS, length, string
+
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _PARTITION_HEAD = struct.Struct(">ihqq")  # index, error code, base offset, log append time
-_EMPTY_TAGS = b"\x00"
 FIRST_FLEXIBLE = 9
 FIRST_TOPIC_ID = 13
 
@@ -51,42 +52,19 @@ class ProduceResult(NamedTuple):
         return encode_produce_response(self.version, correlation_id, self)
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _length(n: int, flexible: bool) -> bytes:
-    """An array's or string's length: compact (n + 1, unsigned varint) when flexible."""
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
-
-
-def _string(value: str | None, flexible: bool) -> bytes:
-    if value is None:
-        return b"\x00" if flexible else b"\xff\xff"
-    raw = value.encode()
-    if flexible:
-        return _uvarint(len(raw) + 1) + raw
-    return struct.pack(">h", len(raw)) + raw
-
-
 def encode_produce_response(version: int, correlation_id: int, result: ProduceResult) -> bytes:
     """The whole frame: size, response header (v1, with tags, when flexible), body."""
     flexible = version >= FIRST_FLEXIBLE
     parts = [_I32.pack(correlation_id)]
     if flexible:
-        parts.append(_EMPTY_TAGS)
-    parts.append(_length(len(result.topics), flexible))
+        parts.append(EMPTY_TAGS)
+    parts.append(length(len(result.topics), flexible))
     for topic in result.topics:
         if version >= FIRST_TOPIC_ID:
             parts.append((topic.topic_id or uuid.UUID(int=0)).bytes)
         else:
-            parts.append(_string(topic.name, flexible))
-        parts.append(_length(len(topic.partitions), flexible))
+            parts.append(string(topic.name, flexible))
+        parts.append(length(len(topic.partitions), flexible))
         for p in topic.partitions:
             parts.append(
                 _PARTITION_HEAD.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
@@ -94,14 +72,14 @@ def encode_produce_response(version: int, correlation_id: int, result: ProduceRe
             if version >= 5:
                 parts.append(_I64.pack(p.log_start_offset))
             if version >= 8:
-                parts.append(_length(0, flexible))  # record errors: none
-                parts.append(_string(p.error_message, flexible))
+                parts.append(length(0, flexible))  # record errors: none
+                parts.append(string(p.error_message, flexible))
             if flexible:
-                parts.append(_EMPTY_TAGS)
+                parts.append(EMPTY_TAGS)
         if flexible:
-            parts.append(_EMPTY_TAGS)
+            parts.append(EMPTY_TAGS)
     parts.append(_I32.pack(result.throttle_time_ms))
     if flexible:
-        parts.append(_EMPTY_TAGS)
+        parts.append(EMPTY_TAGS)
     body = b"".join(parts)
     return _I32.pack(len(body)) + body

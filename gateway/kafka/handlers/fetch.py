@@ -14,8 +14,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.consumer import FetchResponse
-from tmsgate.protocol import ApiKey, ErrorCode
+from tmsgate.protocol import ApiKey, ErrorCode, FetchPartition, FetchResult, FetchTopic
 from tmsgate.storage import OffsetOutOfRange, StorageError
 
 from ..batch_cache import BatchCache
@@ -25,8 +24,6 @@ from ..records import encode_messages
 from ..routes import Route
 from ..topics import TopicInfo
 
-_TopicResp = FetchResponse.FetchableTopicResponse
-_PartResp = _TopicResp.PartitionData
 READ_COMMITTED = 1
 FETCH_SESSION_ID_NOT_FOUND = 70
 # Cap messages per partition read so one fetch of tiny messages stays bounded.
@@ -186,9 +183,7 @@ async def _read(
 async def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     if ctx.version >= 7 and req.session_id != 0:
-        return ctx.response(
-            throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[]
-        )
+        return FetchResult(ctx.version, [], FETCH_SESSION_ID_NOT_FOUND)
     committed = ctx.version >= 4 and req.isolation_level == READ_COMMITTED
     max_bytes = req.max_bytes if ctx.version >= 3 else 0x7FFFFFFF
     zstd_ok = ctx.version >= 10  # Kafka refuses zstd batches to older fetches
@@ -234,19 +229,19 @@ def _response(
                 metrics.partition_errors.labels("Fetch", r.error.name).inc()
             metrics.fetched_messages.inc(r.messages)
             parts.append(
-                _PartResp(
-                    partition_index=t.partition,
-                    error_code=r.error,
-                    high_watermark=r.high_watermark,
-                    last_stable_offset=r.last_stable,
-                    log_start_offset=r.log_start,
-                    aborted_transactions=[] if committed else None,
-                    preferred_read_replica=-1,
-                    records=r.records,
+                FetchPartition(
+                    t.partition,
+                    r.error,
+                    r.high_watermark,
+                    r.last_stable,
+                    r.log_start,
+                    [] if committed else None,
+                    r.records,
                 )
             )
-        topics.append(_TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=parts))
-    return ctx.response(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+        topics.append(FetchTopic(ft.topic, ft.topic_id, parts))
+    # Encoded directly, not through kafka-python's generic encoder: see FetchResult.
+    return FetchResult(ctx.version, topics)
 
 
 ROUTE = Route(ApiKey.FETCH, 4, 17, handle)
