@@ -10,7 +10,12 @@ _I32 = struct.Struct(">i")
 EMPTY_TAGS = b"\x00"  # a flexible structure without tagged fields
 
 
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+
+
 def uvarint(n: int) -> bytes:
+    if n < 0x80:
+        return _ONE_BYTE[n]  # nearly every length in a response
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

@@ -145,9 +145,7 @@ class ConnectionDriver:
             return await handler(ctx, ctx.request.body)
         finally:
             ctx.release()
-            metrics = self.broker.metrics
-            metrics.requests.labels(name).inc()
-            metrics.latency.labels(name).observe(time.perf_counter() - started)
+            self.broker.metrics.request_done(name, time.perf_counter() - started)
 
     # --- writing ------------------------------------------------------------------------
     async def _write_loop(self) -> None:
