@@ -391,12 +391,23 @@ class ValueLog:
                 break
             seg = self._segments[seg_id]
             live_bytes, used, budget = self._count_live(seg, is_live, budget)
+            self._uncache_old(seg)  # the count read it back in
             # An unfinished count is where the next pass resumes.
             self._census_after = seg_id if seg.census is None else seg_id - 1
             if used and live_bytes < RELOCATE_BELOW * used:
                 stats["vlog_values_relocated"] += self._relocate(seg, is_live, relocate)
                 self._delete_if_dead(seg_id, is_live, stats)
         return stats
+
+    def _uncache_old(self, seg: _Segment) -> None:
+        """Drop what the collector read of a segment older than the page-cache window,
+        so that counting long-lived segments does not bring the whole log back in."""
+        try:
+            oldest_cached = self._cached[0][0].id
+        except IndexError:
+            return
+        if seg.id < oldest_cached:
+            self._drop_range(seg, 0, seg.size)
 
     def _delete_if_dead(
         self, seg_id: int, is_live: Callable[[bytes, bytes], bool], stats: dict[str, int]
