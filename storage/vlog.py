@@ -287,17 +287,17 @@ class ValueLog:
             aligned = start - start % mmap.PAGESIZE
             with contextlib.suppress(ValueError, OSError):  # unmapped meanwhile
                 m.madvise(mmap.MADV_DONTNEED, aligned, end - aligned)
-        try:
-            if seg is self._active:
+        if seg is self._active:
+            with contextlib.suppress(OSError):  # caching is advice: never fail a write
                 os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_DONTNEED)
-                return
+            return
+        try:
             fd = os.open(seg.path, os.O_RDONLY)
         except OSError:
             return  # collected meanwhile: nothing of it is cached any more
         try:
-            os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
-        except OSError:
-            pass
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
 
