@@ -1,7 +1,9 @@
 """Kafka wire codecs without I/O: framing, requests/responses, record batches, errors.
 
-Requests and responses are kafka-python 3's schema-generated classes; record batches
-use aiokafka's compiled codec. Nothing here touches a socket, asyncio or the store.
+Requests and responses are kafka-python 3's schema-generated classes, except the two
+responses sent once per message at low rates, Produce and Fetch, which are written
+directly (and tested byte for byte against kafka-python's encoder); record batches use
+aiokafka's compiled codec. Nothing here touches a socket, asyncio or the store.
 """
 
 from ._apis import ApiKey, api_name, decodable_versions, request_class, request_classes
