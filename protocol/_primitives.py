@@ -8,8 +8,6 @@ import struct
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 EMPTY_TAGS = b"\x00"  # a flexible structure without tagged fields
-
-
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
 
 
