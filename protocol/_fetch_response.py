@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ._primitives import EMPTY_TAGS, length, string
+from ._primitives import EMPTY_TAGS, length, null_length, string
 
 _I32 = struct.Struct(">i")
 _HEAD_V7 = struct.Struct(">ihi")  # throttle time, error code, session id
@@ -80,7 +80,7 @@ def encode_fetch_response(
             parts.append(head if version >= 5 else head[:-8])
             aborted = p.aborted_transactions
             if aborted is None:
-                parts.append(b"\x00" if flexible else b"\xff\xff\xff\xff")
+                parts.append(null_length(flexible))
             else:
                 parts.append(length(len(aborted), flexible))
                 tags = EMPTY_TAGS if flexible else b""  # each entry is a structure
@@ -89,7 +89,7 @@ def encode_fetch_response(
                 parts.append(_I32.pack(-1))  # preferred read replica: none
             records = p.records
             if records is None:
-                parts.append(b"\x00" if flexible else b"\xff\xff\xff\xff")
+                parts.append(null_length(flexible))
             else:
                 parts.append(length(len(records), flexible))
                 if len(records):

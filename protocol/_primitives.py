@@ -27,6 +27,11 @@ def length(n: int, flexible: bool) -> bytes:
     return uvarint(n + 1) if flexible else _I32.pack(n)
 
 
+def null_length(flexible: bool) -> bytes:
+    """A null array or bytes field: length -1, or compact 0 when flexible."""
+    return b"\x00" if flexible else b"\xff\xff\xff\xff"
+
+
 def string(value: str | None, flexible: bool) -> bytes:
     """A (nullable) string: int16 length, or compact length when flexible."""
     if value is None:
