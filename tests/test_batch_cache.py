@@ -87,3 +87,20 @@ def test_bounded_oldest_go_first() -> None:
     tiny = BatchCache(1 << 20)
     tiny.put(b"t", 0, 1, produced(1)[:100])  # below MIN_BYTES: left to the store
     assert tiny.size == 0 and not tiny.covers(b"t", 0)
+
+
+def test_a_batch_after_other_chunks_never_starts_before_the_offset() -> None:
+    # The fetch path reads the store up to an offset inside a cached batch, then asks
+    # the cache to continue (first_whole=False). Appending the whole batch would send
+    # its first offsets a second time, going backwards: clients only drop records
+    # below the fetch offset of the request, so they delivered them twice.
+    cache = BatchCache(1 << 20)
+    cache.put(b"t1", 0, 3, produced(3))
+    cache.put(b"t1", 3, 2, produced(2))
+    assert cache.read(b"t1", 1, 5, 1 << 20, True, first_whole=False) == ([], 1)
+    # at a batch boundary it continues
+    got, nxt = cache.read(b"t1", 3, 5, 1 << 20, True, first_whole=False)
+    assert offsets(got) == [3, 4] and nxt == 5
+    # opening a response, the batch holding the offset still comes whole (as Kafka's)
+    got, nxt = cache.read(b"t1", 1, 5, 1 << 20, True, first_whole=True)
+    assert offsets(got) == [0, 1, 2, 3, 4] and nxt == 5

@@ -82,8 +82,10 @@ class BatchCache:
         """Cached batches from the one holding ``offset`` on, contiguous, ending before
         ``limit`` (the high watermark or last stable offset); -> (chunks to concatenate,
         two per batch, and the next offset).
-        With ``first_whole`` the first batch comes whatever its size, as Kafka does for
-        the first batch of a response."""
+        With ``first_whole`` this read opens the response: its first batch comes whatever
+        its size, as Kafka does for the first batch of a response, and may start before
+        ``offset``. Without it, chunks come before these, so a batch must start exactly
+        at ``offset``."""
         out: list[bytes | memoryview] = []
         size = 0
         with self._lock:
@@ -95,6 +97,11 @@ class BatchCache:
                 base = tb.bases[i]
                 last, head, body = tb.batches[base]
                 if base > offset or last < offset or last >= limit:
+                    break
+                if base < offset and (out or not first_whole):
+                    # Only a response's first batch may start before the fetch offset
+                    # (clients drop records below the offset they asked for); a batch
+                    # after others would send offsets twice, going backwards.
                     break
                 if not zstd_ok and body[_ATTRIBUTES_AT - 8 + 1] & _COMPRESSION_MASK == ZSTD:
                     break
