@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from . import keys
+from . import keys, reader
 from .backend import Mutation
 from .errors import TopicNotFound
 from .ids import TopicMetadata
@@ -99,7 +99,12 @@ def _expire(store: Store, md: TopicMetadata) -> int:
     if st.metadata.generation != md.generation:
         return 0  # re-created meanwhile: the next pass sees the new generation
     md = st.metadata  # the latest properties (ttl)
-    cutoff = store._clock() - (md.ttl_ms or 0)
+    if md.ttl_ms is None:
+        return 0
+    # Not the TTL floor itself: the log start, which moves in steps (reader.log_start_ms).
+    # Rows between the two are already unreadable, but the earliest offset still names
+    # the first of them, and a fetch there must find its place.
+    cutoff = reader.log_start_ms(md.ttl_ms, store._clock())
     if cutoff <= 0:
         return 0
     stop = st.msg_prefix + keys.MESSAGE_SUFFIX.pack(cutoff, 0)

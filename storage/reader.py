@@ -32,11 +32,41 @@ class ScanStart:
     skip_equal: bool = False  # with skip_until_id: drop the id itself too (exclusive start)
 
 
+# The log start moves in whole steps of this share of the TTL, within these bounds.
+LOG_START_STEP_SHARE = 10
+LOG_START_STEP_MIN_MS = 1_000
+LOG_START_STEP_MAX_MS = 3_600_000
+
+
 def ttl_floor_key(st: TopicState, now_ms: int) -> bytes:
+    """The first key reads return: rows below it have outlived the topic's TTL."""
     ttl = st.ttl_ms
     if ttl is None:
         return st.msg_prefix
     return st.msg_prefix + _MESSAGE_ID.pack(max(now_ms - ttl, 0), 0)
+
+
+def log_start_ms(ttl_ms: int, now_ms: int) -> int:
+    """The publish time where the log starts: the TTL floor rounded down to a whole step.
+
+    Reads apply the TTL exactly (the seed's read-time TTL), but the earliest offset a
+    client is told moves in steps, as Kafka's log start moves a whole segment at a time.
+    Were it to follow the TTL floor, it would move with every message expiring: at 500
+    messages a second an offset named by ListOffsets(earliest) was out of range 2 ms
+    later, and librdkafka's reset-to-earliest loop never fetched. Within a step, offsets
+    between the log start and the TTL floor are in range and read as expired (skipped).
+    The janitor deletes only below this point, so the log start's row stays put."""
+    step = min(max(ttl_ms // LOG_START_STEP_SHARE, LOG_START_STEP_MIN_MS), LOG_START_STEP_MAX_MS)
+    floor = max(now_ms - ttl_ms, 0)
+    return floor - floor % step
+
+
+def log_start_key(st: TopicState, now_ms: int) -> bytes:
+    """The key of the log start (see log_start_ms): the earliest offset is its first row."""
+    ttl = st.ttl_ms
+    if ttl is None:
+        return st.msg_prefix
+    return st.msg_prefix + _MESSAGE_ID.pack(log_start_ms(ttl, now_ms), 0)
 
 
 def start_for_offset(backend: Backend, st: TopicState, offset: int) -> ScanStart:
@@ -218,6 +248,11 @@ def read(
     if resume is None:  # nothing read or skipped: stay where the scan began
         if start.skip_below_offset >= 0:
             resume = start.skip_below_offset
+            if begin > start.key:
+                # The scan began at the TTL floor, above the offset's row: every offset
+                # below the floor's first row has expired, so move past them.
+                after = min(first_offset_at(backend, st, begin, next_offset), next_offset)
+                resume = max(resume, after)
         else:
             resume = first_offset_at(backend, st, begin, next_offset)
     return ReadResult(out, resume, held)

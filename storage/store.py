@@ -382,11 +382,12 @@ class Store:
     def _earliest(self, st: TopicState, now: int, nxt: int) -> int:
         """The earliest readable offset, never above ``nxt`` (the caller's view of the
         visible end: the writer may move it on meanwhile, and the pair must agree)."""
-        # The first row at or above the retention floor stays the first while the floor
-        # has not passed it: rows are only appended above it, and the janitor deletes
-        # only rows below the floor (or of older generations: another prefix, so another
-        # floor, which the check below refuses).
-        floor = reader.ttl_floor_key(st, now)
+        # The first row at or above the log start (the retention floor in whole steps,
+        # see reader.log_start_ms) stays the first while the floor has not passed it:
+        # rows are only appended above it, and the janitor deletes only rows below the
+        # floor (or of older generations: another prefix, so another floor, which the
+        # check below refuses).
+        floor = reader.log_start_key(st, now)
         cached = st.first_row
         # Valid while the floor has not passed the row nor gone back (a longer ttl, or
         # none, uncovers older rows again).

@@ -292,17 +292,24 @@ def test_more_than_65536_messages_in_one_millisecond(store: Store, topic: TopicI
 def test_topic_ttl_at_read_time_and_by_cleanup(store: Store, open_test_store, clock) -> None:
     t = TopicId("default", "short")
     store.create_topic(t, {"ttl": "1"})
-    t0 = clock.now
+    t0 = clock.now  # a whole second: the log start moves in 1 s steps for a 1 s ttl
     store.publish(t, [b"old0", b"old1", b"old2"])
-    clock.advance(600)
+    clock.advance(1_000)
     store.publish(t, [b"new3", b"new4"])
     assert store.offsets(t) == (0, 5)
 
     clock.now = t0 + 1_100  # the first three are past the 1 s TTL
     assert payloads(store.poll(t)) == [b"new3", b"new4"]
     assert offsets_of(store.poll(t)) == [3, 4]
-    assert store.offsets(t) == (3, 5)
+    # ... but the log start has not moved yet: it moves in whole steps (as Kafka's
+    # moves a segment at a time), and the expired offsets read as skipped
+    assert store.offsets(t) == (0, 5)
+    assert offsets_of(store.poll(t, offset=0)) == [3, 4]
+    assert store.read(t, offset=1).next_offset == 5
     assert store.offset_for_time(t, t0) == 3
+
+    clock.now = t0 + 2_000  # the next step: the log start is the first unexpired row
+    assert store.offsets(t) == (3, 5)
     with pytest.raises(OffsetOutOfRange) as err:
         store.read(t, offset=0)
     assert (err.value.earliest, err.value.next_offset) == (3, 5)
@@ -326,7 +333,7 @@ def test_topic_ttl_at_read_time_and_by_cleanup(store: Store, open_test_store, cl
     r = store.publish(t, [b"later"])
     assert r.base_offset == 5  # offsets are never reused
     assert store.poll(t)[0].offset == 5
-    assert r.first_id.publish_ts >= t0 + 600
+    assert r.first_id.publish_ts >= t0 + 1_000
 
 
 def test_ttl_update_applies_at_read_time(store: Store, topic: TopicId, clock) -> None:
@@ -1172,3 +1179,51 @@ def test_earliest_offset_follows_the_ttl_both_ways(store: Store, topic: TopicId,
     store.update_topic(topic, {})  # no ttl: the janitor has not run, the row is there
     assert store.offsets(topic) == (0, 2)
     assert [m.payload for m in store.read(topic, offset=0).messages] == [b"old", b"new"]
+
+
+def test_log_start_moves_in_steps_so_a_named_offset_stays_fetchable(
+    store: Store, clock
+) -> None:
+    """Regression (issue: librdkafka stalled for ever on short-retention topics). The
+    earliest offset followed the TTL floor message by message, so at 500 msg/s the offset
+    ListOffsets(earliest) named was out of range 2 ms later. It now moves in steps of a
+    tenth of the TTL (at least 1 s): an offset named stays readable until the step ends."""
+    t = TopicId("default", "race")
+    store.create_topic(t, {"ttl": "3"})
+    fetchable = named = 0
+    starts = set()
+    t0 = clock.now
+    for i in range(5_000):  # one message every 2 ms
+        store.publish(t, [b"m%d" % i])
+        clock.advance(2)
+        if i % 7:
+            continue
+        earliest, nxt = store.offsets(t)
+        starts.add(earliest)
+        named += 1
+        clock.advance(10)  # the client's round trip before its fetch
+        try:
+            res = store.read(t, offset=earliest, max_messages=1)
+            fetchable += 1
+            assert res.next_offset > earliest  # and the read moves on
+        except OffsetOutOfRange:
+            pass
+    # at most a round trip's share of each step can name an offset that expires before
+    # its fetch; and the log start took one value per 1 s step, not one per message
+    assert fetchable >= named * 0.97
+    assert len(starts) <= (clock.now - t0) // 1_000 + 1
+
+
+def test_a_read_between_the_log_start_and_the_ttl_floor_moves_past_expired_rows(
+    store: Store, clock
+) -> None:
+    t = TopicId("default", "gap")
+    store.create_topic(t, {"ttl": "10"})  # 1 s steps
+    t0 = clock.now
+    store.publish(t, [b"a", b"b", b"c"])
+    clock.now = t0 + 10_500  # all three expired; the log start is still at t0
+    assert store.offsets(t) == (0, 3)
+    res = store.read(t, offset=1)
+    assert res.messages == [] and res.next_offset == 3  # nothing held back
+    clock.now = t0 + 11_000
+    assert store.offsets(t) == (3, 3)
