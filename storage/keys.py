@@ -53,7 +53,7 @@ def namespace_meta_prefix(namespace: str) -> bytes:
 
 def topic_from_meta_key(key: bytes) -> TopicId:
     namespace, _, name = key[1:-1].decode().partition(":")
-    return TopicId(namespace, name)
+    return TopicId.stored(namespace, name)
 
 
 def checkpoint_key(topic: TopicId) -> bytes:

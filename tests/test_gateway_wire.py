@@ -288,6 +288,14 @@ def test_create_topic_validation(client: RawClient) -> None:
         == ErrorCode.INVALID_CONFIG
     )
     assert create(name="bad/name").error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    # Kafka refuses these too (they name directories), and names over 249 characters
+    for name in (".", "..", "x" * 250):
+        assert create(name=name).error_code == ErrorCode.INVALID_TOPIC_EXCEPTION, name
+        md = client.request(kr.metadata(name), 12)  # auto-creation refuses them as well
+        assert md.topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION, name
+        part = kr.partition(client.request(kr.produce(name, kr.batch(1)), 9))
+        assert part.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION, name
+    assert create(name="...").error_code == ErrorCode.NONE  # only those two are reserved
     ok = create(name="made", partitions=-1, configs={"retention.ms": "1500"})
     assert ok.error_code == 0 and ok.num_partitions == 1
     assert {c.name: c.value for c in ok.configs}["retention.ms"] == "1500"
