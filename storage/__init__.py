@@ -6,6 +6,7 @@ See docs/storage-api.md for the API. Nothing here knows about Kafka.
 from .backend import Backend, open_backend
 from .errors import (
     BackendError,
+    DiskFull,
     InvalidTopicProperties,
     InvalidTransaction,
     OffsetOutOfRange,
@@ -33,6 +34,7 @@ __all__ = [
     "TX_PER_MS",
     "Backend",
     "BackendError",
+    "DiskFull",
     "Entry",
     "InvalidTopicProperties",
     "InvalidTransaction",

@@ -32,12 +32,19 @@ class Backend(Protocol):
 
     def close(self) -> None: ...
 
+    # A backend on a local disk also has ``space``, a ``space.SpaceGuard``: the Store asks
+    # it whether publishes are refused for a full disk. Optional (getattr), so wrappers
+    # and other backends need not have it.
 
-def open_backend(url: str, snapshot: bool = False) -> Backend:
+
+def open_backend(
+    url: str, snapshot: bool = False, disk_reserve_bytes: int | None = None
+) -> Backend:
     """``leveldb:///abs/path`` or ``leveldb://./relative``; ``hbase://host:port`` later.
 
     With ``snapshot``, open a private point-in-time copy instead, so tools can look at a
-    store that a running gateway holds locked."""
+    store that a running gateway holds locked. ``disk_reserve_bytes``: the reserve kept
+    for a full disk (``space.py``); None leaves an existing reserve as it is."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise StorageError(f"store URL {url!r} has no scheme; try leveldb:///path/to/dir")
@@ -46,7 +53,9 @@ def open_backend(url: str, snapshot: bool = False) -> Backend:
             raise StorageError(f"store URL {url!r} has no path")
         from .leveldb import LevelDBBackend, snapshot_copy
 
-        return LevelDBBackend(snapshot_copy(rest) if snapshot else rest, temporary=snapshot)
+        if snapshot:
+            return LevelDBBackend(snapshot_copy(rest), temporary=True)
+        return LevelDBBackend(rest, disk_reserve_bytes=disk_reserve_bytes)
     if scheme == "hbase":
         raise StorageError(
             "the HBase backend is not part of this build; use leveldb:///path for now"

@@ -54,3 +54,24 @@ class StateConflict(StorageError):
 
 class BackendError(StorageError):
     """The backend failed (I/O error, corruption, lock held by another process)."""
+
+
+class DiskFull(BackendError):
+    """The store's disk is full: publishes and stores are refused at once until space is
+    free again, while reads, deletes and small metadata writes go on (docs/storage-api.md,
+    "Full disk"). ``free_bytes`` is the free space last measured, ``need_bytes`` what
+    writes resume at."""
+
+    def __init__(self, free_bytes: int, need_bytes: int, detail: str | None = None) -> None:
+        message = (
+            f"disk full: writes are refused until space is free ({_mib(free_bytes)} MiB free, "
+            f"need {need_bytes >> 20} MiB)"
+        )
+        super().__init__(f"{message}: {detail}" if detail else message)
+        self.free_bytes = free_bytes
+        self.need_bytes = need_bytes
+
+
+def _mib(n: int) -> str:
+    # One decimal, so that a nearly full disk does not read "0 MiB free".
+    return f"{n / (1 << 20):.1f}"

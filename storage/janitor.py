@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from . import keys, reader
 from .backend import Mutation
-from .errors import TopicNotFound
+from .errors import StorageError, TopicNotFound
 from .ids import TopicMetadata
 
 if TYPE_CHECKING:
@@ -25,6 +26,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 CHUNK = 10_000
+# While writes are refused for a full disk, the value log is collected this often in the
+# middle of a pass too: deleting a large topic frees its segments one by one, and the
+# space is what the store is waiting for (the deletes themselves take LevelDB space).
+FULL_DISK_COLLECT_S = 1.0
+# ... and passes come at least this often: a segment deleted in one pass gives its space
+# back in the next (its mapping is kept for scans that began before), and writes resume
+# only once the space is back.
+FULL_DISK_INTERVAL_S = 5.0
 
 
 class Janitor:
@@ -35,12 +44,26 @@ class Janitor:
         self._thread = threading.Thread(target=self._run, name="tmsgate-janitor", daemon=True)
         self._thread.start()
 
+    def _interval_s(self) -> float:
+        if self._store.writes_refused:
+            return min(self._interval, FULL_DISK_INTERVAL_S)
+        return self._interval
+
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        last_error, logged_at = "", 0.0
+        while not self._stop.wait(self._interval_s()):
             try:
                 stats = run_cleanup(self._store)
                 if any(stats.values()):
                     log.info("janitor: %s", stats)
+                last_error = ""
+            except StorageError as exc:
+                # Typed (a full disk, LevelDB refusing writes): one line, and the same one
+                # at most once a minute, not a traceback every pass.
+                now = time.monotonic()
+                if str(exc) != last_error or now - logged_at >= 60:
+                    log.error("janitor pass failed: %s", exc)
+                    last_error, logged_at = str(exc), now
             except Exception:
                 log.exception("janitor pass failed")
 
@@ -146,12 +169,16 @@ def _delete_keys(store: Store, found: Iterator[bytes]) -> int:
     # rewrites a row cannot put back a row deleted here, nor lose a delete to a race.
     n = 0
     chunk: list[Mutation] = []
+    collected = time.monotonic()
     for key in found:
         chunk.append((key, None))
         if len(chunk) >= CHUNK:
             store._writer.mutate(chunk).result()
             n += len(chunk)
             chunk = []
+            if store.writes_refused and time.monotonic() - collected >= FULL_DISK_COLLECT_S:
+                store._backend.collect_garbage()
+                collected = time.monotonic()
     if chunk:
         store._writer.mutate(chunk).result()
         n += len(chunk)

@@ -3,22 +3,36 @@ large values kept in a value log beside it (``vlog.py``).
 
 Every value LevelDB holds starts with a tag byte: ``0`` and the value itself, or the
 value log's pointer (tag ``1``). Callers see plain values either way.
+
+A full disk (``space.py``): the backend measures free space before writes, turns ENOSPC
+into DiskFull, and after any failed LevelDB write starts a new LevelDB log before writing
+again (reopening LevelDB if it refuses to), since appending after a torn record loses
+acknowledged writes at recovery.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import plyvel
 
 from . import vlog
 from .backend import Mutation
-from .errors import BackendError
+from .errors import BackendError, DiskFull
+from .space import RESERVE_NAME, SpaceGuard, is_enospc
 from .vlog import TAG_POINTER, ValueLog
+
+log = logging.getLogger(__name__)
 
 # Values at least this long go to the value log; shorter ones stay inline in LevelDB,
 # where a second file write and fsync would cost more than compaction saves.
@@ -30,15 +44,42 @@ VALUE_LOG_MIN_BYTES = 256
 SMALL_WRITE_MUTATIONS = 16
 SMALL_WRITE_VALUE_LOG_MIN_BYTES = 64 << 10
 VLOG_DIR = "vlog"
+WRITE_BUFFER_BYTES = 64 << 20
+MIN_WRITE_BUFFER_BYTES = 4 << 20
+# After a failed write, LevelDB's memtable is flushed over an empty key range past every
+# key (tables start with a letter), which starts a new log and compacts nothing else; a
+# tombstone for a key before every key then tells whether LevelDB writes again.
+_ROTATE_KEY = b"\xff\xfftmsgate:rotate"
+_PROBE_KEY = b"\x00tmsgate:probe"
+# Reopening waits at most this long for readers to let go of the old handle; failing
+# that, the next write (or janitor pass) tries again.
+QUIESCE_S = 2.0
+REOPEN_RETRY_S = 1.0
+REOPEN_HEADROOM = 4 << 20  # beyond the logs replayed into a table: manifest, new log
 
 
 class LevelDBBackend:
     def __init__(
-        self, path: str, temporary: bool = False, vlog_segment_bytes: int | None = None
+        self,
+        path: str,
+        temporary: bool = False,
+        vlog_segment_bytes: int | None = None,
+        disk_reserve_bytes: int | None = None,
+        write_buffer_bytes: int | None = None,
     ) -> None:
         os.makedirs(path, exist_ok=True)
         self.path = path
         self._temporary = temporary
+        if write_buffer_bytes is None:
+            write_buffer_bytes = WRITE_BUFFER_BYTES
+            if disk_reserve_bytes:
+                # Flushing the memtable writes a table as large as it before the log goes,
+                # and after a failed write (and at every open) that flush must fit in what
+                # the reserve frees: so the memtable never outgrows the reserve.
+                write_buffer_bytes = min(
+                    write_buffer_bytes, max(disk_reserve_bytes, MIN_WRITE_BUFFER_BYTES)
+                )
+        self._write_buffer_bytes = write_buffer_bytes
         vlog_dir = os.path.join(path, VLOG_DIR)
         if os.path.exists(os.path.join(path, "CURRENT")) and not os.path.isdir(vlog_dir):
             raise BackendError(
@@ -46,26 +87,39 @@ class LevelDBBackend:
                 "tags, no value log); it cannot be opened by this version"
             )
         self._write_lock = threading.Lock()
+        # The reserve is settled first: LevelDB's open writes (a table from its log, a
+        # new manifest), and on a full disk it is the reserve that makes room for that.
+        self.space = SpaceGuard(path, None if temporary else disk_reserve_bytes)
+        self.space.open()
+        self._wedged: BaseException | None = None  # LevelDB refuses writes until reopened
+        self._next_reopen = 0.0
         try:
-            self._db = plyvel.DB(
-                path,
-                create_if_missing=True,
-                write_buffer_size=64 << 20,
-                lru_cache_size=128 << 20,
-                block_size=16 << 10,
-                bloom_filter_bits=10,
-                # Payloads are mostly already compressed or random; snappy costs more than it saves.
-                compression=None,
-            )
+            self._db: Any = self._open_db()
         except plyvel.IOError as exc:
-            hint = " (is a gateway running on it?)" if "lock" in str(exc).lower() else ""
-            raise BackendError(f"cannot open LevelDB at {path}: {exc}{hint}") from exc
+            if not (is_enospc(exc) and self.space.release_for_open(exc)):
+                raise BackendError(_open_error(path, exc)) from exc
+            try:
+                self._db = self._open_db()  # with the reserve's room
+            except plyvel.IOError as again:
+                raise BackendError(_open_error(path, again)) from again
         try:
             # Created after LevelDB holds the lock, so two processes never share it.
             self._vlog = ValueLog(vlog_dir, vlog_segment_bytes or vlog.SEGMENT_BYTES)
         except OSError as exc:
             self._db.close()
             raise BackendError(f"cannot open the value log in {vlog_dir}: {exc}") from exc
+
+    def _open_db(self) -> Any:
+        return plyvel.DB(
+            self.path,
+            create_if_missing=True,
+            write_buffer_size=self._write_buffer_bytes,
+            lru_cache_size=128 << 20,
+            block_size=16 << 10,
+            bloom_filter_bits=10,
+            # Payloads are mostly already compressed or random; snappy costs more than it saves.
+            compression=None,
+        )
 
     def write(self, mutations: Sequence[Mutation], sync: bool = True) -> None:
         min_bytes = (
@@ -74,21 +128,148 @@ class LevelDBBackend:
             else SMALL_WRITE_VALUE_LOG_MIN_BYTES
         )
         with self._write_lock:
+            self.space.before_write()
+            if self._wedged is not None:
+                self._unwedge()
             self._write_locked(mutations, sync, min_bytes)
 
     def _write_locked(self, mutations: Sequence[Mutation], sync: bool, min_bytes: int) -> None:
         vlog = self._vlog
         batch = self._db.write_batch(sync=sync)
-        separated = vlog.stage(mutations, batch.put, batch.delete, min_bytes)
-        if separated:
-            vlog.flush(sync)  # the values are on disk before the rows that point at them
+        try:
+            separated = vlog.stage(mutations, batch.put, batch.delete, min_bytes)
+            if separated:
+                vlog.flush(sync)  # the values are on disk before the rows that point at them
+        except BackendError as exc:
+            if is_enospc(exc):
+                raise self.space.write_failed(exc.__cause__ or exc, "value log") from exc
+            raise
         try:
             batch.write()
         except plyvel.Error as exc:
+            # Both hold the handle, which _rotate_log may have to close: the batch, and the
+            # frames in the error's traceback (none from plyvel itself, but a wrapper's).
+            del batch
+            exc.__traceback__ = None
             if separated:
                 vlog.discard()
-            raise BackendError(f"LevelDB write failed: {exc}") from exc
+            error: BackendError = BackendError(f"LevelDB write failed: {_text(exc)}")
+            if is_enospc(exc):
+                # Before rotating: flushing the memtable needs the reserve's room.
+                error = self.space.write_failed(exc, "LevelDB")
+            self._rotate_log(exc)
+            raise error from exc
         vlog.written()
+
+    # --- after a failed LevelDB write -----------------------------------------------------
+    def _rotate_log(self, cause: BaseException) -> None:
+        """Start a new LevelDB log before anything else is written.
+
+        A failed write can leave part of its record at the end of LevelDB's log, and
+        LevelDB appends the next records after it; at recovery its reader then drops the
+        rest of that 32 KiB block, acknowledged writes with it (on a full tmpfs, all 501
+        writes acknowledged after the failure were gone after a reopen). Flushing the
+        memtable starts a new log and leaves the torn record at the end of the old one,
+        where recovery ignores it. If the flush fails too, LevelDB refuses every write
+        from then on (a failed background write is final for an open handle), and only
+        reopening it helps."""
+        try:
+            self._db.compact_range(start=_ROTATE_KEY, stop=_ROTATE_KEY)
+            self._db.delete(_PROBE_KEY, sync=True)
+            return
+        except plyvel.Error as exc:
+            self._wedged = exc.with_traceback(None)  # kept: its frames must not hold the handle
+        log.error(
+            "LevelDB at %s refuses writes after a failed write (%s); reopening it",
+            self.path,
+            _text(cause),
+        )
+        self._next_reopen = time.monotonic() + REOPEN_RETRY_S
+        self._reopen()
+
+    def _unwedge(self) -> None:
+        """Reopen LevelDB if it refuses writes (at most once per REOPEN_RETRY_S); raise
+        if it still does."""
+        now = time.monotonic()
+        if now >= self._next_reopen:
+            self._next_reopen = now + REOPEN_RETRY_S
+            if self._reopen():
+                return
+        exc = self._wedged
+        if is_enospc(exc):
+            raise DiskFull(
+                self.space.free_bytes,
+                max(self.space.resume_bytes, self._reopen_bytes()),
+                f"LevelDB refuses writes until it is reopened: {_text(exc)}",
+            )
+        raise BackendError(f"LevelDB refuses writes until it is reopened: {_text(exc)}")
+
+    def _log_bytes(self) -> int:
+        total = 0
+        for name in os.listdir(self.path):
+            if name.endswith(".log"):
+                try:
+                    total += os.path.getsize(os.path.join(self.path, name))
+                except OSError:
+                    continue
+        return total
+
+    def _reopen_bytes(self) -> int:
+        # Opening replays the logs into a table before deleting them.
+        return self._log_bytes() + REOPEN_HEADROOM
+
+    def _reopen(self) -> bool:
+        """Close LevelDB and open it again, under the write lock. -> whether it worked.
+
+        Readers run on other threads, and a plyvel call still running on a handle being
+        closed would use freed memory. So readers are first pointed at a stand-in that
+        waits for the new handle, and the old one is closed only once nothing refers to
+        it any more: a reader inside a call, or holding an iterator, holds a reference.
+        Only tried when the disk has room to replay the logs, else an open that failed
+        would leave no handle at all and stop reads too."""
+        need = self._reopen_bytes()
+        free = self.space.measure()
+        if free < need:
+            log.warning(
+                "LevelDB at %s is reopened once %d MiB are free (%.1f MiB now)",
+                self.path,
+                need >> 20,
+                free / (1 << 20),
+            )
+            return False
+        old = self._db
+        gate = _Reopening(self)
+        self._db = gate
+        try:
+            if not isinstance(old, _Reopening):
+                deadline = time.monotonic() + QUIESCE_S
+                collected = False
+                # Two references are ours: `old` and getrefcount's argument.
+                while sys.getrefcount(old) > 2:
+                    if time.monotonic() > deadline:
+                        log.warning("LevelDB at %s is still read; reopened later", self.path)
+                        self._db = old
+                        return False
+                    if not collected:  # an abandoned iterator in a reference cycle
+                        gc.collect()
+                        collected = True
+                    time.sleep(0.001)
+                old.close()
+            old = None
+            try:
+                self._db = self._open_db()
+            except plyvel.Error as exc:
+                gate.failed = BackendError(
+                    f"LevelDB at {self.path} could not be reopened: {_text(exc)}"
+                )
+                self._wedged = exc.with_traceback(None)
+                log.error("LevelDB at %s could not be reopened: %s", self.path, _text(exc))
+                return False
+            self._wedged = None
+            log.warning("LevelDB at %s reopened; it accepts writes again", self.path)
+            return True
+        finally:
+            gate.done.set()
 
     def get(self, key: bytes) -> bytes | None:
         value = self._db.get(key)
@@ -114,9 +295,27 @@ class LevelDBBackend:
 
     def collect_garbage(self) -> dict[str, int]:
         """Delete value-log segments that no row points into any more, moving the few
-        live values of mostly dead segments first."""
-        get = self._db.get
-        return self._vlog.collect(lambda key, pointer: get(key) == pointer, self._relocate)
+        live values of mostly dead segments first. Moving takes space before deleting the
+        segment gives more back, so it may take at most half of the space above the floor
+        (of all free space while writes are refused for a full disk, when the segment
+        being written is also sealed first, so that it can go too)."""
+        space = self.space
+        if space.refused:
+            with self._write_lock:
+                self._vlog.seal()
+            budget = space.measure() // 2
+        else:
+            budget = max(0, space.measure() - space.floor_bytes) // 2
+        # self._db is looked up per call, not bound once: a reopen may replace it.
+        stats = self._vlog.collect(
+            lambda key, pointer: self._db.get(key) == pointer, self._relocate, budget
+        )
+        if self._wedged is not None:  # the space freed may be what reopening needs
+            with self._write_lock, contextlib.suppress(BackendError):
+                if self._wedged is not None:
+                    self._unwedge()
+        space.look()
+        return stats
 
     def _relocate(self, entries: list[tuple[bytes, bytes, bytes]]) -> int:
         # Under the write lock, so no write can come between the check and the put: a
@@ -124,17 +323,58 @@ class LevelDBBackend:
         with self._write_lock:
             get = self._db.get
             moved = [(key, value) for key, pointer, value in entries if get(key) == pointer]
+            del get
             if moved:
+                if self._wedged is not None:
+                    self._unwedge()
                 self._write_locked(moved, True, 0)  # min 0: every value back into the log
             return len(moved)
 
     def close(self) -> None:
-        if not self._db.closed:
+        db = self._db
+        if isinstance(db, _Reopening) or not db.closed:
             with self._write_lock:
                 self._vlog.close()
-            self._db.close()
+            if not isinstance(db, _Reopening):
+                db.close()
         if self._temporary:
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+class _Reopening:
+    """Stands in for the LevelDB handle while it is closed and opened again: a reader
+    waits for the new handle (or gets the error that kept it from opening)."""
+
+    WAIT_S = 60.0
+
+    def __init__(self, backend: LevelDBBackend) -> None:
+        self._backend = backend
+        self.done = threading.Event()
+        self.failed: BackendError | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if not self.done.wait(self.WAIT_S):
+            raise BackendError("LevelDB is being reopened")
+        db = self._backend._db
+        if db is self:
+            raise self.failed or BackendError("LevelDB is being reopened")
+        return getattr(db, name)
+
+
+def _text(exc: BaseException | None) -> str:
+    """plyvel's messages are bytes."""
+    arg = exc.args[0] if exc is not None and exc.args else exc
+    return arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)
+
+
+def _open_error(path: str, exc: BaseException) -> str:
+    if is_enospc(exc):
+        return (
+            f"cannot open LevelDB at {path}: {_text(exc)}: the disk is full and there is no "
+            f"reserve ({RESERVE_NAME}) left to release; free some space and start again"
+        )
+    hint = " (is a gateway running on it?)" if "lock" in str(exc).lower() else ""
+    return f"cannot open LevelDB at {path}: {_text(exc)}{hint}"
 
 
 def snapshot_copy(path: str) -> str:
@@ -151,7 +391,7 @@ def snapshot_copy(path: str) -> str:
     _link_segments(os.path.join(path, VLOG_DIR), os.path.join(dest, VLOG_DIR))
     for name in sorted(os.listdir(path), key=lambda n: not n.endswith((".ldb", ".sst"))):
         src = os.path.join(path, name)
-        if name == "LOCK" or os.path.isdir(src):
+        if name in ("LOCK", RESERVE_NAME, RESERVE_NAME + ".tmp") or os.path.isdir(src):
             continue
         try:
             if name.endswith((".ldb", ".sst")):

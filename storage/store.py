@@ -62,11 +62,20 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def open_store(url: str, *, snapshot: bool = False, **options: object) -> Store:
+def open_store(
+    url: str,
+    *,
+    snapshot: bool = False,
+    disk_reserve_bytes: int | None = None,
+    **options: object,
+) -> Store:
     """Open (creating if missing) the store at ``url``, e.g. ``leveldb:///var/lib/tms``.
 
-    ``snapshot=True`` opens a throwaway point-in-time copy (for inspection tools)."""
-    return Store(open_backend(url, snapshot=snapshot), **options)  # type: ignore[arg-type]
+    ``snapshot=True`` opens a throwaway point-in-time copy (for inspection tools).
+    ``disk_reserve_bytes``: space kept back for a full disk (docs/storage-api.md, "Full
+    disk"); None leaves an existing reserve file as it is."""
+    backend = open_backend(url, snapshot=snapshot, disk_reserve_bytes=disk_reserve_bytes)
+    return Store(backend, **options)  # type: ignore[arg-type]
 
 
 _RESUME_KEYS = 64  # per topic: one per consumer position worth remembering
@@ -88,6 +97,8 @@ class Store:
         self._listeners: list[Listener] = []
         self._closed = False
         self._write_failures = 0
+        # A full disk: publishes and stores are refused while this says so (space.py).
+        self._space = getattr(backend, "space", None)
         self._writer = Writer(backend, on_failure=self._reload)
         self._rows = RowAppender(backend, self._clock, self._made_visible)
         self.transactions = TransactionManager(
@@ -201,10 +212,12 @@ class Store:
         wp = _write_pointer(tx)
         if not items and wp is None:
             raise StorageError("nothing to publish: no messages and no transaction")
+        self._refuse_if_full()
         entries = list(items)
         state_mutations = None if callable(state) else _state_mutations(state)
 
         def op(batch: Batch) -> PublishResult:
+            self._refuse_if_full()  # again: the disk may have filled while it was queued
             st = self._state(topic)
             if wp is not None and not self.transactions.is_in_progress(wp):
                 raise TransactionNotInProgress(wp)
@@ -240,9 +253,11 @@ class Store:
         wp = _write_pointer(tx)
         if wp is None:
             raise InvalidTransaction("store() needs a transaction")
+        self._refuse_if_full()
         entries = list(items)
 
         def op(batch: Batch) -> None:
+            self._refuse_if_full()
             st = self._state(topic)
             if not self.transactions.is_in_progress(wp):
                 raise TransactionNotInProgress(wp)
@@ -476,6 +491,19 @@ class Store:
 
         return run_cleanup(self)
 
+    @property
+    def writes_refused(self) -> bool:
+        """True while the disk is full: publishes and stores raise DiskFull at once;
+        reads, deletes, metadata and state writes go on (docs/storage-api.md)."""
+        space = self._space
+        return space is not None and space.refused
+
+    def disk_space(self) -> dict[str, int]:
+        """writes_refused (0/1), free_bytes (measured now), reserve_bytes, resume_bytes."""
+        if self._space is None:
+            return {"writes_refused": 0, "free_bytes": 0, "reserve_bytes": 0, "resume_bytes": 0}
+        return self._space.stats()
+
     def writer_stats(self) -> dict[str, int]:
         return {"batches": self._writer.batches, "operations": self._writer.operations}
 
@@ -498,6 +526,11 @@ class Store:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosed("the store is closed")
+
+    def _refuse_if_full(self) -> None:
+        space = self._space
+        if space is not None and space.refused:  # one attribute read while not full
+            space.check_writable()
 
     def _write(self, op: Callable[[Batch], object]) -> object:
         self._check_open()

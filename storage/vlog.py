@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .errors import BackendError
+from .space import is_enospc
 
 MAGIC = b"TMSVLOG1"
 SEGMENT_BYTES = 64 << 20
@@ -65,12 +66,13 @@ def _segment_name(seg_id: int) -> str:
 
 
 class _Segment:
-    __slots__ = ("census", "id", "map", "path", "scanned_to", "size")
+    __slots__ = ("census", "end", "id", "map", "path", "scanned_to", "size")
 
     def __init__(self, seg_id: int, path: str, size: int) -> None:
         self.id = seg_id
         self.path = path
         self.size = size
+        self.end: int | None = None  # where its data ends, once complete (see _data_end)
         self.map: mmap.mmap | None = None
         self.scanned_to = len(MAGIC)  # garbage collection: entries before this are dead
         self.census: tuple[int, int] | None = None  # a count in progress: (position, live)
@@ -121,7 +123,15 @@ class ValueLog:
         # Every segment below this id is complete: each write that put entries there has
         # also written LevelDB's rows, so its liveness can be judged from LevelDB alone.
         self.complete_below = max(self._segments, default=0) + 1
-        self._open_segment(self.complete_below, self._segment_bytes)
+        self._next_id = self.complete_below  # the id of the next segment opened
+        try:
+            self._open_segment(self.complete_below, self._segment_bytes)
+        except OSError as exc:
+            if not is_enospc(exc):
+                raise
+            # A full disk: reads need no segment to append to, and neither do deletes; the
+            # first value written opens one (or fails, as any write would).
+            self._must_roll = True
 
     # -- writing (one thread at a time: the backend's write lock) --------------------------
 
@@ -154,6 +164,8 @@ class ValueLog:
         with self._lock:
             self._segments[seg_id] = seg
         self._fd, self._dsync_fd, self._active, self._pos = fd, dsync_fd, seg, len(MAGIC)
+        self._next_id = seg_id + 1
+        self._must_roll = False
         self._cached.append([seg, 0, len(MAGIC)])
         self._cached_bytes += len(MAGIC)
 
@@ -168,14 +180,15 @@ class ValueLog:
         than ``min_bytes`` inline behind a zero tag byte, a longer one appended here with
         its pointer put instead. -> whether anything was appended (``flush`` before the
         LevelDB batch is written). One loop, few calls: it runs once per message."""
-        assert self._active is not None
-        if self._must_roll:
-            try:
-                self._open_segment(self._active.id + 1, self._segment_bytes)
-            except OSError as exc:
-                raise BackendError(f"value log: cannot start a new segment: {exc}") from exc
-            self._must_roll = False
-        seg_id, limit, pos = self._active.id, self._active.size, self._pos
+        active = self._active
+        if active is not None and not self._must_roll:
+            seg_id, limit, pos = active.id, active.size, self._pos
+        else:
+            # Nothing to append to (a failed write, a sealed segment, none made at open):
+            # the first value to append opens a segment through the "full" branch below,
+            # so a batch of deletes and small values needs none (on a full disk, that is
+            # what lets a topic be deleted).
+            seg_id, limit, pos = self._next_id - 1, -1, self._pos
         parts = self._pending
         head, pointer, inline = ENTRY_HEAD.pack, POINTER.pack, _INLINE.__add__
         start = pos
@@ -192,8 +205,9 @@ class ValueLog:
             if pos + need > limit:
                 self._pos, self._pending_bytes = pos, self._pending_bytes + pos - start
                 try:
-                    self._write_pending()
-                    self._dirty_since_flush = True
+                    if parts:
+                        self._write_pending()
+                        self._dirty_since_flush = True
                     # A value larger than a segment gets a segment of its own size.
                     size = max(self._segment_bytes, need + len(MAGIC))
                     self._open_segment(seg_id + 1, size)
@@ -314,8 +328,30 @@ class ValueLog:
 
     def written(self) -> None:
         """LevelDB's batch is written: every segment but the active one is complete."""
-        assert self._active is not None
-        self.complete_below = self._active.id
+        self.complete_below = self._active.id if self._active is not None else self._next_id
+
+    def seal(self) -> bool:
+        """Stop appending to the active segment, so that the collector may delete it once
+        no row points into it; the next value written opens a new one. While writes are
+        refused for a full disk this is how the segment being written gives its space back
+        (it would otherwise be kept until 64 MiB more were written). Between writes only
+        (the backend's write lock). -> whether a segment was sealed."""
+        seg = self._active
+        if seg is None or self._pending or self._pos <= len(MAGIC):
+            return False
+        for fd in self._dirty:
+            os.fdatasync(fd)
+        self._dirty.clear()
+        # Not truncated: readers map the segment at its full size, and the unwritten rest
+        # is a hole that takes no space (the collector finds where data ends: _data_end).
+        for fd in (self._fd, self._dsync_fd, *self._sealed):
+            os.close(fd)
+        self._sealed.clear()
+        self._fd = self._dsync_fd = -1
+        self._active = None
+        self._must_roll = True
+        self.complete_below = self._next_id
+        return True
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -356,6 +392,7 @@ class ValueLog:
         self,
         is_live: Callable[[bytes, bytes], bool],
         relocate: Callable[[list[tuple[bytes, bytes, bytes]]], int] | None = None,
+        relocate_budget: int | None = None,
     ) -> dict[str, int]:
         """Delete complete segments that no LevelDB row points into; with ``relocate``,
         first move the live values out of segments that are mostly dead.
@@ -366,7 +403,9 @@ class ValueLog:
         Counting a segment's live bytes takes a LevelDB read per entry, so it goes on
         across passes within CENSUS_BUDGET entries per pass, oldest segments first.
         ``relocate([(key, pointer, value), ...])`` puts each value again (at the head of
-        the log) if its key still holds that pointer, atomically with other writes.
+        the log) if its key still holds that pointer, atomically with other writes;
+        ``relocate_budget`` bounds the live bytes moved in this pass (on a full disk,
+        moving takes the space that deleting the segment then gives back).
         """
         # Mappings of segments deleted by the previous pass go now: a scan that began
         # before that pass may have held a pointer into them until then.
@@ -395,6 +434,10 @@ class ValueLog:
             # An unfinished count is where the next pass resumes.
             self._census_after = seg_id if seg.census is None else seg_id - 1
             if used and live_bytes < RELOCATE_BELOW * used:
+                if relocate_budget is not None:
+                    if live_bytes > relocate_budget:
+                        continue
+                    relocate_budget -= live_bytes
                 stats["vlog_values_relocated"] += self._relocate(seg, is_live, relocate)
                 self._delete_if_dead(seg_id, is_live, stats)
         return stats
@@ -427,14 +470,32 @@ class ValueLog:
         """(entry position, key, value position, value length) of each entry from ``pos``
         on, up to the never-written (zero) or torn rest of the segment."""
         view = self._view(seg)
+        end = self._data_end(seg)
         head, head_size = ENTRY_HEAD.unpack_from, ENTRY_HEAD.size
-        while pos + head_size <= seg.size:
+        while pos + head_size <= end:
             key_len, value_len = head(view, pos)
             at = pos + head_size + key_len
-            if key_len == 0 or at + value_len > seg.size:
+            if key_len == 0 or at + value_len > end:
                 return
             yield pos, view[pos + head_size : at], at, value_len
             pos = at + value_len
+
+    @staticmethod
+    def _data_end(seg: _Segment) -> int:
+        """Where a complete segment's data ends: its first hole (segments are created
+        sparse; one left by a crash or a failed write keeps its unwritten rest). The walk
+        stops there instead of reading the hole: on tmpfs, reading a hole through a mapping
+        allocates a page, and on a full tmpfs that is a SIGBUS, which kills the process."""
+        if seg.end is None:
+            end = seg.size
+            with contextlib.suppress(OSError):  # no SEEK_HOLE here: the file is all data
+                fd = os.open(seg.path, os.O_RDONLY)
+                try:
+                    end = min(end, os.lseek(fd, 0, os.SEEK_HOLE))
+                finally:
+                    os.close(fd)
+            seg.end = end
+        return seg.end
 
     def _first_live(self, seg: _Segment, is_live: Callable[[bytes, bytes], bool]) -> bool:
         end = seg.scanned_to

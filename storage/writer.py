@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -22,6 +23,9 @@ from .errors import StorageError, StoreClosed
 log = logging.getLogger(__name__)
 
 MAX_OPS_PER_BATCH = 4096
+# Failed batches are logged once with their cause, then counted: at most one line per
+# this many seconds (a full disk used to log every failed batch).
+FAILURE_LOG_INTERVAL_S = 10.0
 
 
 class Batch:
@@ -53,6 +57,10 @@ class Writer:
         self._thread.start()
         self.batches = 0
         self.operations = 0
+        self.failed_batches = 0
+        self._unlogged_failures = 0  # failed batches not logged yet
+        self._last_failure_log = float("-inf")
+        self._last_failure = ""
 
     def submit(self, op: Operation) -> Future[Any]:
         if self._closed:
@@ -117,7 +125,7 @@ class Writer:
             if batch.mutations:
                 self._backend.write(batch.mutations, sync=True)
         except Exception as exc:
-            log.error("durable write of %d mutations failed: %s", len(batch.mutations), exc)
+            self._log_failure(len(batch.mutations), exc)
             for fut, _ in done:
                 fut.set_exception(exc)
             # Operations already moved in-memory state (offsets, timestamps) forward;
@@ -126,6 +134,8 @@ class Writer:
             return
         self.batches += 1
         self.operations += len(done)
+        if self._unlogged_failures:
+            self._log_failure(0, None)
         for action in batch.after:
             try:
                 action()
@@ -133,3 +143,26 @@ class Writer:
                 log.exception("post-commit action failed")
         for fut, result in done:
             fut.set_result(result)
+
+    def _log_failure(self, mutations: int, exc: BaseException | None) -> None:
+        """The first failure after a quiet spell is logged with its cause; later ones are
+        counted and summed up at most once per FAILURE_LOG_INTERVAL_S (also once writes
+        work again, with exc None)."""
+        if exc is not None:
+            self.failed_batches += 1
+            self._unlogged_failures += 1
+            self._last_failure = str(exc)
+        now = time.monotonic()
+        if now - self._last_failure_log < FAILURE_LOG_INTERVAL_S:
+            return
+        if self._unlogged_failures == 1 and exc is not None:
+            log.error("durable write of %d mutations failed: %s", mutations, exc)
+        else:
+            log.error(
+                "durable writes failed since last report: %d (last: %s)%s",
+                self._unlogged_failures,
+                self._last_failure,
+                "; writes succeed again" if exc is None else "",
+            )
+        self._unlogged_failures = 0
+        self._last_failure_log = now

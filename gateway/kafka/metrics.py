@@ -7,6 +7,7 @@ process) do not collide in prometheus_client's global default registry.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -55,6 +56,22 @@ class Metrics:
             "Connections closed for malformed or oversized frames",
             registry=r,
         )
+        # The store's disk (see watch_store): read when scraped, not kept up to date.
+        self.store_writes_refused = Gauge(
+            "tmsgate_store_writes_refused",
+            "1 while the store refuses writes because its disk is full (reads and deletes go on)",
+            registry=r,
+        )
+        self.store_disk_free = Gauge(
+            "tmsgate_store_disk_free_bytes",
+            "Free bytes on the store's file system, the reserve not counted",
+            registry=r,
+        )
+        self.store_disk_reserve = Gauge(
+            "tmsgate_store_disk_reserve_bytes",
+            "Bytes held in the store's reserve file (0 while released for a full disk)",
+            registry=r,
+        )
 
     def request_done(self, api: str, seconds: float) -> None:
         """Count a handled request and its latency. The labelled children are kept:
@@ -67,6 +84,12 @@ class Metrics:
             )
         children[0]()
         children[1](seconds)
+
+    def watch_store(self, store: Any) -> None:
+        """Report the store's disk space and writes-refused mode when scraped."""
+        self.store_writes_refused.set_function(lambda: float(store.writes_refused))
+        self.store_disk_free.set_function(lambda: float(store.disk_space()["free_bytes"]))
+        self.store_disk_reserve.set_function(lambda: float(store.disk_space()["reserve_bytes"]))
 
     def serve(self, host: str, port: int) -> None:
         """Expose /metrics over HTTP on a daemon thread."""

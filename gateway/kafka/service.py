@@ -34,9 +34,16 @@ async def serve(
     stop = stop or asyncio.Event()
     janitor = config.janitor_interval_s if config.janitor_interval_s > 0 else None
     store = await loop.run_in_executor(
-        None, functools.partial(open_store, store_url, janitor_interval_s=janitor)
+        None,
+        functools.partial(
+            open_store,
+            store_url,
+            janitor_interval_s=janitor,
+            disk_reserve_bytes=config.disk_reserve_bytes,
+        ),
     )
     metrics = Metrics()
+    metrics.watch_store(store)
     broker = Broker(store, config, metrics=metrics)
     server = KafkaServer(broker)
     try:
@@ -51,7 +58,7 @@ async def serve(
                 loop.add_signal_handler(sig, stop.set)
         log.info(
             "tmsgate Kafka gateway listening on %s:%d (advertised %s:%d), store %s, "
-            "namespace %r, auto-create topics %s",
+            "namespace %r, auto-create topics %s%s",
             host,
             port,
             broker.advertised_host,
@@ -59,6 +66,11 @@ async def serve(
             store_url,
             config.namespace,
             "on" if config.auto_create_topics else "off",
+            # Started on a full disk (the store logged why when it opened): served anyway,
+            # so that consumers go on and topics can be deleted to free space.
+            "; DISK FULL: writes are refused until space is free, reads and deletes are served"
+            if store.writes_refused
+            else "",
         )
         if on_ready is not None:
             on_ready(server)

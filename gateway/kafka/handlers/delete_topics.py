@@ -7,6 +7,7 @@ from typing import Any
 
 from kafka.protocol.admin import DeleteTopicsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
+from tmsgate.storage import DiskFull
 
 from ..context import RequestContext
 from ..errors import error_of
@@ -38,7 +39,15 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
                 error_message=f"topic {name!r} does not exist",
                 **kwargs,
             )
-        await topics.delete(name)
+        try:
+            await topics.delete(name)
+        except DiskFull:
+            # The delete shared its durable write with the write that found the disk full;
+            # that released the reserve, so deleting now has room (a full disk is what
+            # deleting a topic is for).
+            if not ctx.broker.store.writes_refused:
+                raise
+            await topics.delete(name)
     except InvalidTopicName as exc:
         return _Result(
             name=name,

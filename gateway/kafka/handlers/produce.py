@@ -28,13 +28,16 @@ from tmsgate.protocol import (
 from tmsgate.storage import StorageError, TopicNotFound
 
 from ..context import CloseConnection, RequestContext
-from ..errors import error_of
+from ..errors import FailureLog, error_of
 from ..producers import BatchRecord, check
 from ..records import to_entries
 from ..routes import Route
 from ..topics import TopicInfo
 
 log = logging.getLogger("tmsgate.kafka.produce")
+# Failed produces are logged once with their cause, then counted (a full disk refuses
+# every produce; each used to log a traceback).
+FAILURES = FailureLog("produce", log)
 
 
 @dataclass(slots=True)
@@ -54,7 +57,7 @@ async def _duplicate(rec: BatchRecord, log_append: bool) -> Outcome:
         try:
             await asyncio.shield(rec.done)
         except Exception as exc:
-            code, message = error_of(exc, "produce (duplicate of a failed batch)")
+            code, message = error_of(exc, "produce (duplicate of a failed batch)", FAILURES)
             return _fail(code, message)
     if rec.base_offset < 0:
         # Persisted state from an older version that did not record offsets: Kafka
@@ -111,7 +114,7 @@ async def _prepare(ctx: RequestContext, info: TopicInfo, raw: Any) -> Outcome | 
     except Exception as exc:
         if rec is not None and key is not None:
             broker.producers.failed(key, rec, exc)
-        return _fail(*error_of(exc, f"produce to {info.id}"))
+        return _fail(*error_of(exc, f"produce to {info.id}", FAILURES))
     # A task, not a bare coroutine: it must run to completion (producer state,
     # metrics) even if this request ends early (acks=0, closed connection).
     # Batches that read back byte for byte as sent are kept for fetches near the head.
@@ -147,7 +150,8 @@ async def _complete(
             broker.producers.failed(key, rec, exc)
         if isinstance(exc, TopicNotFound):
             broker.topics.invalidate(info.name)
-        return _fail(*error_of(exc, f"produce to {info.id}"))
+        return _fail(*error_of(exc, f"produce to {info.id}", FAILURES))
+    FAILURES.succeeded()
     if rec is not None:
         broker.producers.completed(rec, result.base_offset, result.publish_ts)
     if cacheable:
@@ -223,14 +227,16 @@ async def _no_response(ctx: RequestContext, pending: list[Any]) -> None:
     return None
 
 
+_LOGGED = (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
 def _log_failure(task: asyncio.Future[Outcome]) -> None:
     if task.cancelled():
         return
     outcome = task.result()
-    if outcome.error:
-        log.warning(
-            "acks=0 produce failed after validation: %s %s", outcome.error.name, outcome.message
-        )
+    # Storage and unexpected errors were logged (and counted) where they happened.
+    if outcome.error and outcome.error not in _LOGGED:
+        FAILURES.failed(outcome.error, outcome.message or "", "acks=0 produce after validation")
 
 
 ROUTE = Route(ApiKey.PRODUCE, 3, 13, handle)
