@@ -71,6 +71,59 @@ def assert_dense_offsets(offsets: Iterable[int], start: int, n: int, what: str =
     )
 
 
+def assert_no_redelivery(offsets: Iterable[int | tuple[object, int]], what: str = "consumer"):
+    """Within one consumer session, each partition's offsets are strictly increasing: no
+    record delivered twice, no step backwards (what the issue's fetch cache bug broke: a
+    response carried 9,999 offsets a second time, going backwards).
+
+    ``offsets`` are the delivered offsets in delivery order, plain ints for one partition or
+    (partition, offset) pairs. Only for one uninterrupted session: a consumer that re-seeks,
+    or a group member after a rebalance, may legitimately see offsets again.
+    """
+    last: dict[object, int] = {}
+    twice = backwards = 0
+    first_bad = None
+    seen: dict[object, set[int]] = {}
+    for i, item in enumerate(offsets):
+        part, off = item if isinstance(item, tuple) else (0, item)
+        prev = last.get(part)
+        if prev is not None and off <= prev:
+            if off in seen[part]:
+                twice += 1
+            else:
+                backwards += 1
+            if first_bad is None:
+                first_bad = (i, part, prev, off)
+        seen.setdefault(part, set()).add(off)
+        last[part] = off if prev is None else max(prev, off)
+    if first_bad is not None:
+        i, part, prev, off = first_bad
+        raise AssertionError(
+            f"{what}: {twice} offsets delivered twice and {backwards} out of order within one "
+            f"session; first at delivery #{i}: partition {part} offset {off} after {prev}"
+        )
+
+
+# Read while producing: a consumer starts BEHIND_HEAD tiny records behind the head (more than
+# the 50,000 messages one store read of the gateway returns, so a response joins a store read
+# and cached produced batches) while the producer adds WHILE_READING more. Record i is at
+# offset i with value tiny_value(i); record 0 is produced (and acknowledged) alone first.
+BEHIND_HEAD = 60_000
+WHILE_READING = 20_000
+
+
+def tiny_value(i: int) -> bytes:
+    return b"%d" % i
+
+
+def check_tiny_stream(got: list[tuple[int, bytes | None]], total: int, what: str) -> None:
+    """(offset, value) consumed in one session from offset 0 of a tiny_value stream."""
+    assert_no_redelivery([o for o, _ in got], what)
+    assert_dense_offsets([o for o, _ in got], 0, total, what)
+    wrong = [(o, v) for o, v in got if v != tiny_value(o)]
+    assert not wrong, f"{what}: wrong records (offset, value): {wrong[:5]}"
+
+
 def wait_until(pred: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None

@@ -15,14 +15,19 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from compat_helpers import (
     ADMIN_TIMEOUT_S,
+    BEHIND_HEAD,
     CODECS,
     CONSUME_TIMEOUT_S,
     PRODUCE_TIMEOUT_S,
+    WHILE_READING,
     Rec,
     assert_dense_offsets,
+    assert_no_redelivery,
     assert_same_records,
+    check_tiny_stream,
     make_records,
     sleep_past_ms_boundary,
+    tiny_value,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -92,6 +97,7 @@ async def consume(gateway, topic, n, start=0, **kw):
             out.extend(batch.get(tp, []))
     finally:
         await c.stop()
+    assert_no_redelivery([r.offset for r in out], f"aiokafka consumer from {start}")
     assert len(out) >= n, (
         f"consumed {len(out)} of {n} records from offset {start} in {CONSUME_TIMEOUT_S}s"
     )
@@ -187,6 +193,32 @@ def test_seek_to_middle(gateway, topic):
         assert_same_records(as_recs(got), records[25:])
 
     run(go())
+
+
+def test_read_while_producing(gateway, topic):
+    """A consumer that starts 60,000 tiny records behind the head while the producer goes on
+    gets every offset once, in order (see the kafka-python and confluent-kafka twins)."""
+    total = BEHIND_HEAD + WHILE_READING
+
+    async def main():
+        p = new_producer(gateway, linger_ms=50, max_batch_size=100_000)
+        await asyncio.wait_for(p.start(), PRODUCE_TIMEOUT_S)
+        try:
+
+            async def send(lo, hi):
+                futs = [await p.send(topic, tiny_value(i), partition=0) for i in range(lo, hi)]
+                await asyncio.wait_for(asyncio.gather(*futs), PRODUCE_TIMEOUT_S)
+
+            await send(0, 1)
+            await send(1, BEHIND_HEAD)
+            more = asyncio.ensure_future(send(BEHIND_HEAD, total))
+            got = await consume(gateway, topic, total)
+            await more
+        finally:
+            await p.stop()
+        return [(r.offset, r.value) for r in got]
+
+    check_tiny_stream(run(main()), total, "aiokafka consumer while producing")
 
 
 def test_restart_in_the_middle(gateway, topic):

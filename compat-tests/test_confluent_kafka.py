@@ -10,20 +10,26 @@ tested in tests/test_groups_clients.py.
 from __future__ import annotations
 
 import struct
+import threading
 import time
 import uuid
 
 import pytest
 from compat_helpers import (
     ADMIN_TIMEOUT_S,
+    BEHIND_HEAD,
     CODECS,
     CONSUME_TIMEOUT_S,
     PRODUCE_TIMEOUT_S,
+    WHILE_READING,
     Rec,
     assert_dense_offsets,
+    assert_no_redelivery,
     assert_same_records,
+    check_tiny_stream,
     make_records,
     sleep_past_ms_boundary,
+    tiny_value,
 )
 from confluent_kafka import (
     Consumer,
@@ -138,6 +144,7 @@ def consume(gateway, topic, n, start=0, **kw):
             out.append(m)
     finally:
         c.close()
+    assert_no_redelivery([m.offset() for m in out], f"confluent-kafka consumer from {start}")
     assert len(out) >= n, (
         f"consumed {len(out)} of {n} records from offset {start}; errors: {errors[:5]}"
     )
@@ -204,6 +211,33 @@ def test_seek_to_middle(gateway, topic):
     got = consume(gateway, topic, 20, start=30)
     assert_dense_offsets([m.offset() for m in got], 30, 20)
     assert_same_records(as_recs(got), records[30:])
+
+
+def test_read_while_producing(gateway, topic):
+    """A consumer that starts 60,000 tiny records behind the head while the producer goes on
+    gets every offset once, in order. As the issue reproduced it: linger.ms=50 and
+    batch.size=1000000, so librdkafka sends batches of up to 10,000 records, which the gateway
+    caches; a store read ending inside one was once followed by the whole batch again."""
+    total = BEHIND_HEAD + WHILE_READING
+    p = producer(gateway, **{"linger.ms": 50, "batch.size": 1_000_000})
+
+    def send(lo, hi):
+        for i in range(lo, hi):
+            while True:
+                try:
+                    p.produce(topic, tiny_value(i))
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        assert p.flush(PRODUCE_TIMEOUT_S) == 0
+
+    send(0, 1)
+    send(1, BEHIND_HEAD)
+    t = threading.Thread(target=send, args=(BEHIND_HEAD, total), daemon=True)
+    t.start()
+    got = [(m.offset(), m.value()) for m in consume(gateway, topic, total)]
+    t.join(PRODUCE_TIMEOUT_S)
+    check_tiny_stream(got, total, "confluent-kafka consumer while producing")
 
 
 def test_restart_in_the_middle(gateway, topic):

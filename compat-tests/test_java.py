@@ -16,7 +16,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from compat_helpers import CODECS, assert_dense_offsets, sleep_past_ms_boundary
+from compat_helpers import (
+    CODECS,
+    assert_dense_offsets,
+    assert_no_redelivery,
+    sleep_past_ms_boundary,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -65,6 +70,7 @@ def consume(java, gateway, topic, start, n, *opts, end_offset=None):
     res = java.run("consume", gateway.bootstrap, topic, start, n, *opts)
     *records, end = res.lines
     assert end.get("end") is True, res.lines[-1]
+    assert_no_redelivery([r["offset"] for r in records], f"java consumer from {start}")
     assert len(records) == n, f"got {len(records)} of {n}\n{res.stderr[-3000:]}"
     assert end["position"] >= start + n, end
     if end_offset is not None:
@@ -247,6 +253,7 @@ def test_consumer_lives_through_restart(java_client, gateway, topic, tmp_path):
             proc.communicate()
     *records, end = res.lines
     assert end.get("end") is True and end["position"] == 100, end
+    assert_no_redelivery([r["offset"] for r in records], "java consumer across a restart")
     assert_dense_offsets([r["offset"] for r in records], 0, 100)
     check_records(records, [expected(i, "gzip") for i in range(100)])
     after = java_client.run("admin", gateway.bootstrap, topic, "--no-create").one["describe"]

@@ -8,21 +8,27 @@ specs: unpartitioned topics, retention.ms on create, and the tms.tx.write_pointe
 from __future__ import annotations
 
 import struct
+import threading
 import time
 from types import SimpleNamespace
 
 import pytest
 from compat_helpers import (
     ADMIN_TIMEOUT_S,
+    BEHIND_HEAD,
     CODECS,
     CONSUME_TIMEOUT_S,
     PRODUCE_TIMEOUT_S,
+    WHILE_READING,
     Rec,
     assert_dense_offsets,
+    assert_no_redelivery,
     assert_same_records,
+    check_tiny_stream,
     free_port,
     make_records,
     sleep_past_ms_boundary,
+    tiny_value,
     wait_until,
 )
 from frame_proxy import FrameProxy
@@ -103,6 +109,7 @@ def consume(gateway, topic: str, n: int, start: int = 0, **kw):
                 out.extend(recs)
     finally:
         c.close()
+    assert_no_redelivery([r.offset for r in out], f"kafka-python consumer from {start}")
     assert len(out) >= n, (
         f"consumed {len(out)} of {n} records from offset {start} in {CONSUME_TIMEOUT_S}s"
     )
@@ -202,10 +209,42 @@ def test_fetch_at_end_returns_nothing_and_new_data_arrives(gateway, topic):
         while len(got) < 3 and time.monotonic() < deadline:
             for recs in c.poll(timeout_ms=300).values():
                 got.extend(recs)
+        assert_no_redelivery([r.offset for r in got], "consumer at the end while producing")
         assert [r.offset for r in got] == [5, 6, 7]
         assert c.position(tp) == 8
     finally:
         c.close()
+
+
+def test_read_while_producing(gateway, topic):
+    """A consumer that starts 60,000 tiny records behind the head while the producer goes on
+    gets every offset once, in order (the gateway's fetch cache once sent a batch's offsets a
+    second time, going backwards, when a store read ended inside a cached batch)."""
+    total = BEHIND_HEAD + WHILE_READING
+    p = producer(gateway, linger_ms=50, batch_size=100_000)
+    errors = []
+
+    def more():
+        try:
+            for i in range(BEHIND_HEAD, total):
+                p.send(topic, tiny_value(i))
+            p.flush(timeout=PRODUCE_TIMEOUT_S)
+        except Exception as exc:
+            errors.append(exc)
+
+    try:
+        p.send(topic, tiny_value(0)).get(timeout=PRODUCE_TIMEOUT_S)
+        for i in range(1, BEHIND_HEAD):
+            p.send(topic, tiny_value(i))
+        p.flush(timeout=PRODUCE_TIMEOUT_S)
+        t = threading.Thread(target=more, daemon=True)
+        t.start()
+        got = [(r.offset, r.value) for r in consume(gateway, topic, total)]
+        t.join(PRODUCE_TIMEOUT_S)
+    finally:
+        p.close(timeout=10)
+    assert not errors, errors
+    check_tiny_stream(got, total, "kafka-python consumer while producing")
 
 
 def test_out_of_range_fetch_resets_to_earliest(gateway, topic):
@@ -316,6 +355,7 @@ def test_consumer_lives_through_restart(gateway, topic):
                 got.extend(recs)
     finally:
         c.close()
+    assert_no_redelivery([r.offset for r in got], "consumer across a restart")
     assert_dense_offsets([r.offset for r in got], 0, 100)
     assert_same_records(as_recs(got), first + second)
 

@@ -20,6 +20,7 @@ from compat_helpers import (
     CODECS,
     Rec,
     assert_dense_offsets,
+    assert_no_redelivery,
     assert_same_records,
     make_records,
     require_tool,
@@ -68,6 +69,7 @@ def kconsume(kcat_bin, gateway, topic, n, offset="beginning"):
         kcat_bin, gateway, "-C", "-t", topic, "-o", str(offset), "-c", str(n), "-e", "-J", "-q"
     )
     out = [json.loads(line) for line in p.stdout.decode().splitlines() if line.strip()]
+    assert_no_redelivery([(m["partition"], m["offset"]) for m in out], f"kcat -C -o {offset}")
     assert len(out) == n, (
         f"kcat consumed {len(out)} of {n} records; stderr: {p.stderr.decode(errors='replace')}"
     )
