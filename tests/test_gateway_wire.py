@@ -6,6 +6,7 @@ import os
 import struct
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +297,8 @@ def test_create_topic_validation(client: RawClient) -> None:
         part = kr.partition(client.request(kr.produce(name, kr.batch(1)), 9))
         assert part.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION, name
     assert create(name="...").error_code == ErrorCode.NONE  # only those two are reserved
+    null = create(name="nullcfg", configs={"retention.ms": None})
+    assert null.error_code == ErrorCode.INVALID_CONFIG and "Null value" in null.error_message
     ok = create(name="made", partitions=-1, configs={"retention.ms": "1500"})
     assert ok.error_code == 0 and ok.num_partitions == 1
     assert {c.name: c.value for c in ok.configs}["retention.ms"] == "1500"
@@ -471,6 +474,12 @@ def test_delete_topic_by_id_and_describe_broker(client: RawClient) -> None:
     assert (resp.responses[0].error_code, resp.responses[0].name) == (0, "doomed")
     again = client.request(DeleteTopicsRequest(topics=[state], timeout_ms=1000), 6)
     assert again.responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
+    # exactly one of name and id, as Kafka's controller requires
+    neither = DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=uuid.UUID(int=0))
+    both = DeleteTopicsRequest.DeleteTopicState(name="doomed", topic_id=tid)
+    resp = client.request(DeleteTopicsRequest(topics=[neither, both], timeout_ms=1000), 6)
+    assert [r.error_code for r in resp.responses] == [ErrorCode.INVALID_REQUEST] * 2
+    assert "Neither" in resp.responses[0].error_message
     res = DescribeConfigsRequest.DescribeConfigsResource(
         resource_type=4, resource_name="0", configuration_keys=None
     )

@@ -45,9 +45,26 @@ def _changes_replace(res: Any) -> dict[str, str | None]:
     return changes
 
 
+def _null_values(res: Any, incremental: bool) -> str | None:
+    """Kafka refuses a null value (nullable in the schema) except for an incremental
+    DELETE: INVALID_REQUEST, before looking at anything else of the resource
+    (ConfigAdminManager.preprocess). Left through, a null would reset the config."""
+    names = [
+        c.name
+        for c in res.configs
+        if c.value is None and not (incremental and c.config_operation == DELETE)
+    ]
+    return "Null value not supported for : " + ", ".join(names) if names else None
+
+
 async def _alter(ctx: RequestContext, res: Any, incremental: bool, validate_only: bool) -> Any:
+    nulls = _null_values(res, incremental)
+    if incremental and nulls:
+        return ErrorCode.INVALID_REQUEST, nulls
     if res.resource_type != TOPIC:
         return ErrorCode.INVALID_REQUEST, "only topic configs can be altered"
+    if nulls:  # legacy AlterConfigs checks the resource type first
+        return ErrorCode.INVALID_REQUEST, nulls
     topics = ctx.broker.topics
     try:
         changes = _changes_incremental(res) if incremental else _changes_replace(res)

@@ -47,6 +47,11 @@ def validate(topic: Any, node_id: int) -> dict[str, str]:
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"the only possible assignment is partition 0 on broker {node_id}",
             )
+    nulls = [c.name for c in topic.configs if c.value is None]
+    if nulls:  # as KRaft Kafka answers (a null would otherwise mean "the default")
+        raise Refused(
+            ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {nulls}"
+        )
     try:
         return apply_configs({}, {c.name: c.value for c in topic.configs})
     except InvalidConfig as exc:

@@ -3,6 +3,7 @@ topic created again later starts empty with a new topic id."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kafka.protocol.admin import DeleteTopicsResponse
@@ -17,9 +18,22 @@ from ..topics import InvalidTopicName
 _Result = DeleteTopicsResponse.DeletableTopicResult
 
 
+_NO_ID = uuid.UUID(int=0)
+
+
 async def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
     topics = ctx.broker.topics
     kwargs = {"topic_id": topic_id} if topic_id is not None else {}
+    if ctx.version >= 6 and (name is None) == (topic_id in (None, _NO_ID)):
+        # Kafka's ControllerApis.deleteTopics: exactly one of the two
+        message = (
+            "Neither topic name nor id were specified."
+            if name is None
+            else "You may not specify both topic name and topic id."
+        )
+        return _Result(
+            name=name, error_code=ErrorCode.INVALID_REQUEST, error_message=message, **kwargs
+        )
     if name is None:
         info = await topics.by_uuid(topic_id)
         if info is None:
@@ -65,7 +79,7 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     if ctx.version >= 6:
-        wanted = [(t.name, t.topic_id if t.name is None else None) for t in req.topics]
+        wanted = [(t.name, t.topic_id) for t in req.topics]
     else:
         wanted = [(name, None) for name in req.topic_names]
     results = [await _delete(ctx, name, tid) for name, tid in wanted]

@@ -17,9 +17,11 @@ from ..routes import Route
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     if req.transactional_id is not None:
+        # Kafka tells null (idempotence only) from "": an empty id is INVALID_REQUEST.
+        empty = req.transactional_id == ""
         return ctx.response(
             throttle_time_ms=0,
-            error_code=ErrorCode.UNSUPPORTED_VERSION,
+            error_code=ErrorCode.INVALID_REQUEST if empty else ErrorCode.UNSUPPORTED_VERSION,
             producer_id=-1,
             producer_epoch=-1,
         )
