@@ -88,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest request accepted (Kafka's socket.request.max.bytes)",
     )
     s.add_argument(
+        "--queued-max-request-bytes",
+        type=int,
+        default=int(_env("TMSGATE_QUEUED_MAX_REQUEST_BYTES", str(256 << 20)) or 0),
+        help="memory for requests being received, all connections together; beyond it "
+        "sockets are not read until requests are taken (Kafka's queued.max.request.bytes; "
+        "-1: unbounded) (env TMSGATE_QUEUED_MAX_REQUEST_BYTES)",
+    )
+    s.add_argument(
         "--idle-timeout-ms",
         type=int,
         default=int(_env("TMSGATE_IDLE_TIMEOUT_MS", "600000") or 0),
@@ -110,6 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=float(_env("TMSGATE_JANITOR_INTERVAL_S", "60") or 0),
         help="how often expired and deleted data is removed from disk (0: never)",
+    )
+    s.add_argument(
+        "--disk-reserve-mb",
+        type=int,
+        default=int(_env("TMSGATE_DISK_RESERVE_MB", "64") or 0),
+        help="space kept back in <store>/reserve for a full disk: below this much free, "
+        "writes are refused and the reserve is released so that reads, deletes and a "
+        "restart still work; writes resume at three times as much free (0: no reserve) "
+        "(env TMSGATE_DISK_RESERVE_MB)",
     )
     s.add_argument(
         "--log-level",
@@ -136,10 +153,12 @@ def _config(args: argparse.Namespace) -> object:
         namespace=args.namespace,
         auto_create_topics=args.auto_create_topics,
         max_request_bytes=args.max_request_bytes,
+        queued_max_request_bytes=args.queued_max_request_bytes,
         idle_timeout_s=args.idle_timeout_ms / 1000,
         default_max_message_bytes=args.max_message_bytes,
         fetch_cache_bytes=max(0, args.fetch_cache_mb) << 20,
         janitor_interval_s=args.janitor_interval_s,
+        disk_reserve_bytes=max(0, args.disk_reserve_mb) << 20,
     )
 
 

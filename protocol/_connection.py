@@ -17,6 +17,7 @@ from kafka.protocol.api_message import ApiMessage
 from ._apis import decodable_versions, is_flexible_request, request_class, request_classes
 from ._errors import ConnectionClosed, FrameTooLarge, MalformedRequest
 from ._fetch_response import FetchResult
+from ._nulls import check_nulls
 from ._produce_response import ProduceResult
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
@@ -114,13 +115,25 @@ def decode_request(frame: bytes | memoryview) -> Request:
     if versions is not None and versions[0] <= api_version <= versions[1]:
         cls = request_class(api_key)
         assert cls is not None
+        flexible = cls.flexible_version_q(api_version)
         try:
-            body = cls.decode(view[pos:], version=api_version)
+            # What cls.decode does, keeping the end position: a string or bytes field
+            # longer than the frame is cut short silently by the slice that reads it.
+            decode = cls._struct.compiled_decode_from(
+                api_version, compact=flexible, tagged=flexible, data_class=cls
+            )
+            body, end = decode(view, pos)
         except Exception as exc:  # the generated decoders raise many types on bad input
             raise MalformedRequest(
                 f"{cls.name} v{api_version} (correlation id {correlation_id}) does not "
                 f"decode: {type(exc).__name__}: {exc}"
             ) from exc
+        if end > len(view):
+            raise MalformedRequest(
+                f"{cls.name} v{api_version} (correlation id {correlation_id}) is cut short: "
+                f"its fields need {end - len(view)} more byte(s) than the frame has"
+            )
+        check_nulls(cls, api_version, body)  # Kafka refuses a null the schema does not allow
     return Request(api_key, api_version, correlation_id, client_id, body, len(view))
 
 
@@ -132,16 +145,22 @@ class KafkaConnection:
         self._buf = bytearray()
         self._pos = 0
         self._broken = False
+        # Whole-frame callers (frame_size/receive_frame) may size several frames before
+        # receiving the first: a refused prefix must not cost the frames sized before it
+        # their answers, so the refusal takes effect once those have been received.
+        self._refused = False
+        self._sized = 0  # frames whose prefix was accepted and that were not yet received
 
     @property
     def broken(self) -> bool:
-        return self._broken
+        return self._broken or self._refused
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[Event]:
         """Feed bytes from the socket; returns every request completed by them.
 
         A BadFrame, if any, is the last event: the stream is abandoned there.
-        Raises FrameTooLarge as soon as a length prefix above the limit is seen.
+        Raises FrameTooLarge at a length prefix above the limit; requests completed in the
+        same data before it are returned first, and the next call raises.
         """
         if self._broken:
             raise ConnectionClosed("connection already failed; no more data is accepted")
@@ -165,6 +184,8 @@ class KafkaConnection:
         while len(buf) - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
             if size < 0 or size > self.max_frame_bytes:
+                if events:  # answer these first: the prefix stays buffered, refused next call
+                    break
                 self._broken = True
                 raise FrameTooLarge(size, self.max_frame_bytes)
             start = pos + 4
@@ -183,20 +204,34 @@ class KafkaConnection:
 
     def frame_size(self, prefix: bytes) -> int:
         """The size in a frame's 4-byte length prefix, for a caller that reads whole frames
-        itself (see receive_frame). Raises FrameTooLarge before anything is allocated."""
-        if self._broken:
+        itself (see receive_frame). Raises FrameTooLarge before anything is allocated; the
+        frames sized before the refused one may still be received."""
+        if self._broken or self._refused:
             raise ConnectionClosed("connection already failed; no more data is accepted")
         (size,) = _SIZE.unpack(prefix)
         if size < 0 or size > self.max_frame_bytes:
-            self._broken = True
+            self._refused = True
             raise FrameTooLarge(size, self.max_frame_bytes)
+        self._sized += 1
         return size
 
     def receive_frame(self, frame: bytes) -> list[Event]:
         """One whole frame (without its length prefix), read by the caller: saves copying
         large requests through the stream buffer. Same events as receive_data."""
-        if self._broken:
+        self.admit_frame()
+        return self.decode_frame(frame)
+
+    def admit_frame(self) -> None:
+        """receive_frame's bookkeeping, for a caller that decodes on another thread: raises
+        ConnectionClosed unless a frame may be received now. Call on the sizing thread."""
+        if self._broken or (self._refused and not self._sized):
             raise ConnectionClosed("connection already failed; no more data is accepted")
+        if self._sized:
+            self._sized -= 1
+
+    def decode_frame(self, frame: bytes | memoryview) -> list[Event]:
+        """receive_frame's decoding, after admit_frame; safe to run on another thread (it
+        only ever sets the connection broken)."""
         try:
             return [decode_request(frame)]
         except MalformedRequest as exc:

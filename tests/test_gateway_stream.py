@@ -1,6 +1,7 @@
 """FrameStream, byte for byte: frames cut at any boundary come out whole and in order,
 large ones through their own buffer; an oversized frame is refused from its prefix; a
-full queue stops reading the socket until the frames are taken."""
+full queue stops reading the socket until the frames are taken; and the receive budget
+that all connections share pauses and resumes them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tmsgate.gateway.kafka.stream import (
     MAX_QUEUED_FRAMES,
     STAGING_BYTES,
     FrameStream,
+    ReceiveBudget,
 )
 from tmsgate.protocol import FrameTooLarge, KafkaConnection
 
@@ -182,3 +184,109 @@ def test_a_half_closed_connection_stays_open_for_the_answers() -> None:
     assert stream.eof_received() is True  # asyncio keeps the transport open for writing
     assert not transport.closed
     assert asyncio.run(drain_frames(stream, 2)) == [b"last request", None]
+
+
+def test_the_request_before_a_bad_prefix_in_the_same_read_is_decoded() -> None:
+    """Issue defect 4, as the driver reads: a valid request and ``ff ff ff ff`` in one
+    read. The request decodes (it raised ConnectionClosed), then the refusal follows."""
+    metadata_v1 = bytes.fromhex("00000012 0003 0001 00000001 000163 00000001 000174")
+    stream = FrameStream(lambda s: None)
+    conn = KafkaConnection()
+    stream.frame_size = conn.frame_size
+    stream.connection_made(FakeTransport())  # type: ignore[arg-type]
+    feed(stream, metadata_v1 + b"\xff\xff\xff\xff", [])
+
+    async def run() -> None:
+        [req] = conn.receive_frame(await stream.read_frame())  # type: ignore[arg-type]
+        assert (req.api_key, req.correlation_id, req.body.topics[0].name) == (3, 1, "t")
+        with pytest.raises(FrameTooLarge):
+            await stream.read_frame()
+
+    asyncio.run(run())
+
+
+# --- the receive budget shared by all connections (queued.max.request.bytes) -------------
+def budgeted(budget: ReceiveBudget) -> tuple[FrameStream, FakeTransport]:
+    stream = FrameStream(lambda s: None, budget)
+    stream.frame_size = KafkaConnection(1 << 30).frame_size
+    transport = FakeTransport()
+    stream.connection_made(transport)  # type: ignore[arg-type]
+    return stream, transport
+
+
+def feed_while_reading(stream: FrameStream, transport: FakeTransport, data: bytes) -> int:
+    """Like feed, but stop as the event loop would once reading is paused -> bytes taken."""
+    pos = 0
+    while pos < len(data) and not transport.paused:
+        buf = stream.get_buffer(-1)
+        n = min(len(buf), len(data) - pos)
+        buf[:n] = data[pos : pos + n]
+        stream.buffer_updated(n)
+        pos += n
+    return pos
+
+
+def test_the_budget_counts_chunks_and_queued_frames_until_taken() -> None:
+    budget = ReceiveBudget(64 << 20)
+    stream, _ = budgeted(budget)
+    body = bytes(3 * BODY_CHUNK_BYTES + 5)
+    data = framed([body, b"small"])
+    feed(stream, data[: BODY_CHUNK_BYTES + 100], [])
+    # the head that came in the staging buffer, and one chunk for what follows
+    assert budget.used == stream.held_bytes == STAGING_BYTES - 4 + BODY_CHUNK_BYTES
+    feed(stream, data[BODY_CHUNK_BYTES + 100 :], [])
+    assert budget.used == len(body) + 5  # both frames queued, nothing else
+    assert asyncio.run(drain_frames(stream, 1)) == [body]
+    assert budget.used == 5
+    asyncio.run(drain_frames(stream, 1))
+    assert budget.used == 0 and stream.held_bytes == 0
+
+
+def test_an_exhausted_budget_pauses_reading_until_memory_comes_back() -> None:
+    budget = ReceiveBudget(2 * BODY_CHUNK_BYTES)
+    holder, holder_transport = budgeted(budget)
+    feed(holder, framed([bytes(2 * BODY_CHUNK_BYTES)]), [])  # complete, queued, not taken
+    assert budget.exhausted and holder_transport.paused  # its next frame would need more
+    small, small_transport = budgeted(budget)
+    feed(small, framed([b"a", b"b"]), [])
+    assert small_transport.paused and budget.waiting == 2
+    assert asyncio.run(drain_frames(small, 2)) == [b"a", b"b"]  # what came is delivered
+    assert small_transport.paused  # its own two bytes did not make room
+    asyncio.run(drain_frames(holder, 1))
+    assert not small_transport.paused and not holder_transport.paused
+    assert budget.waiting == 0 and budget.used == 0
+
+
+def test_a_closed_connection_returns_its_partial_frame_at_once() -> None:
+    budget = ReceiveBudget(4 * BODY_CHUNK_BYTES)
+    stream, transport = budgeted(budget)
+    taken = feed_while_reading(stream, transport, framed([bytes(10 * BODY_CHUNK_BYTES)])[: 5 << 20])
+    assert taken == 5 << 20 and budget.exhausted  # it finishes its frame beyond the limit
+    other, other_transport = budgeted(budget)
+    feed(other, framed([bytes(3 * BODY_CHUNK_BYTES)])[:1000], [])
+    assert other_transport.paused and budget.waiting == 1  # waits for its first chunk
+    stream.connection_lost(ConnectionResetError("reset"))
+    assert stream.held_bytes == 0 and not stream._chunks
+    assert not other_transport.paused and budget.waiting == 0  # woken by what came back
+    assert budget.used == other.held_bytes == 996 + BODY_CHUNK_BYTES
+
+
+def test_one_partial_frame_always_finishes_even_beyond_the_budget() -> None:
+    """No deadlock when every connection holds part of a frame: one at a time may go on,
+    so frames larger than the whole budget still arrive."""
+    budget = ReceiveBudget(BODY_CHUNK_BYTES)
+    size = 3 * BODY_CHUNK_BYTES
+    data = framed([bytes(size)])
+    first, first_t = budgeted(budget)
+    second, second_t = budgeted(budget)
+    feed(first, data[:1000], [])  # gets a chunk while the budget lasts
+    feed(second, data[:1000], [])  # the budget is spent: it becomes the one to finish
+    first_taken = 1000 + feed_while_reading(first, first_t, data[1000:])
+    assert first_t.paused and first_taken < len(data)  # waits for its next chunk
+    assert feed_while_reading(second, second_t, data[1000:]) == len(data) - 1000
+    assert not first_t.paused  # the next to finish
+    assert feed_while_reading(first, first_t, data[first_taken:]) == len(data) - first_taken
+    assert asyncio.run(drain_frames(first, 1)) == [bytes(size)]
+    assert asyncio.run(drain_frames(second, 1)) == [bytes(size)]
+    assert budget.used == 0 and budget.waiting == 0
+    assert not first_t.paused and not second_t.paused

@@ -160,3 +160,31 @@ def test_request_encode_decode_round_trip_all_metadata_versions() -> None:
         req.with_header(correlation_id=version, client_id="rt")
         [event] = KafkaConnection().receive_data(req.encode(header=True, framed=True))
         assert event.api_version == version and event.body.topics[0].name == "x"
+
+
+# A valid request and, in the same write, a bad length prefix: the request must still be
+# answered (issue defect 4: it was dropped and the gateway logged a ConnectionClosed).
+BAD_PREFIX = bytes.fromhex("ffffffff")
+
+
+def test_a_request_before_a_refused_prefix_is_still_received_whole_frames() -> None:
+    data = METADATA_V1 + BAD_PREFIX
+    conn = KafkaConnection()
+    size = conn.frame_size(data[:4])  # the caller sizes both frames before decoding either
+    with pytest.raises(FrameTooLarge):
+        conn.frame_size(data[4 + size : 8 + size])
+    [req] = conn.receive_frame(data[4 : 4 + size])
+    assert isinstance(req, Request) and (req.api_key, req.correlation_id) == (3, 1)
+    assert conn.broken
+    with pytest.raises(ConnectionClosed):  # nothing sized after the refusal is accepted
+        conn.receive_frame(data[4 : 4 + size])
+
+
+def test_a_request_before_a_refused_prefix_is_still_received_stream() -> None:
+    conn = KafkaConnection()
+    [req] = conn.receive_data(METADATA_V1 + BAD_PREFIX)
+    assert isinstance(req, Request) and req.correlation_id == 1
+    with pytest.raises(FrameTooLarge):
+        conn.receive_data(b"")
+    with pytest.raises(ConnectionClosed):
+        conn.receive_data(METADATA_V1)

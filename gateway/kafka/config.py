@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from tmsgate.protocol import DEFAULT_MAX_FRAME_BYTES
 
+from .stream import DEFAULT_QUEUED_MAX_REQUEST_BYTES
+
 RETENTION_MS = "retention.ms"
 MAX_MESSAGE_BYTES = "max.message.bytes"
 TIMESTAMP_TYPE = "message.timestamp.type"
@@ -30,6 +32,9 @@ class GatewayConfig:
     namespace: str = "default"
     auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
     max_request_bytes: int = DEFAULT_MAX_FRAME_BYTES  # socket.request.max.bytes
+    # queued.max.request.bytes: requests being received or queued, all connections
+    # together; <= 0 unbounded, as Kafka's -1 (the default's reasons: stream.py).
+    queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
     idle_timeout_s: float = 600.0  # connections.max.idle.ms
     max_in_flight_per_connection: int = 32
     io_threads: int = 16  # executor for blocking store calls
@@ -37,6 +42,9 @@ class GatewayConfig:
     fetch_max_wait_cap_ms: int = 30_000  # no long poll outlives this, whatever asked
     fetch_cache_bytes: int = 512 << 20  # produced batches kept for consumers near the head
     janitor_interval_s: float = 60.0  # retention cleanup (log.retention.check.interval.ms)
+    # Space kept back for a full disk (docs/storage-api.md). None: leave any reserve file
+    # as it is, make none (embedded and test gateways); `tmsgate serve` passes 64 MiB.
+    disk_reserve_bytes: int | None = None
     shutdown_grace_s: float = 30.0
     cluster_id: str = "tmsgate"
     node_id: int = 0

@@ -9,7 +9,7 @@ import socket
 
 from .broker import Broker
 from .connection import ConnectionDriver
-from .stream import FrameStream
+from .stream import FrameStream, ReceiveBudget
 
 log = logging.getLogger("tmsgate.kafka.server")
 
@@ -20,13 +20,19 @@ class KafkaServer:
         self._server: asyncio.Server | None = None
         self._drivers: set[ConnectionDriver] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        # One budget for the bytes of requests being received on every connection.
+        self.receive_budget = ReceiveBudget(broker.config.queued_max_request_bytes)
         self.address: tuple[str, int] = (broker.config.host, broker.config.port)
 
     async def start(self) -> tuple[str, int]:
         cfg = self.broker.config
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: FrameStream(self._opened), cfg.host, cfg.port, backlog=1024, reuse_address=True
+            lambda: FrameStream(self._opened, self.receive_budget),
+            cfg.host,
+            cfg.port,
+            backlog=1024,
+            reuse_address=True,
         )
         host, port = self._server.sockets[0].getsockname()[:2]
         self.address = (host, port)

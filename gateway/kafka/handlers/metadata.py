@@ -1,8 +1,13 @@
 """Metadata: this gateway is the only broker and leads partition 0 of every topic.
 
 Topics are auto-created here (auto.create.topics.enable, and the request's
-allow_auto_topic_creation from v4) as Kafka does. Leader epochs are reported as -1
-(unknown) so clients skip epoch validation: a TMS topic has no leader changes.
+allow_auto_topic_creation from v4) as Kafka does, at most MAX_AUTO_CREATE_PER_REQUEST
+per request. Leader epochs are reported as -1 (unknown) so clients skip epoch
+validation: a TMS topic has no leader changes.
+
+A request may name hundreds of thousands of topics (1 MB of empty names is 500,000):
+each topic is answered once however often it is named, as Kafka does, and the lists
+are walked with ``broker.paced`` so that other clients are served meanwhile.
 """
 
 from __future__ import annotations
@@ -45,23 +50,42 @@ def _missing(name: str | None, code: ErrorCode, topic_id: Any = None) -> Any:
     return _Topic(error_code=code, name=name, is_internal=False, partitions=[], **kwargs)
 
 
+# Kafka creates every unknown topic a Metadata request names, in the background, and
+# answers LEADER_NOT_AVAILABLE meanwhile. Here each creation is an fsync'd store write
+# made before answering, so one request creates at most this many; the others get
+# that same retriable answer, and the client's next request creates the next ones
+# (a client naming thousands of new topics, or a hostile one, cannot fill the store
+# or hold one answer for minutes).
+MAX_AUTO_CREATE_PER_REQUEST = 100
+
+
 async def _requested(ctx: RequestContext, req: Any) -> list[Any]:
     broker = ctx.broker
     node = broker.config.node_id
     auto = bool(req.allow_auto_topic_creation) if ctx.version >= 4 else True
+    auto = auto and broker.config.auto_create_topics
+    creations_left = MAX_AUTO_CREATE_PER_REQUEST
+    names: dict[str, None] = {}  # once each, in request order
+    ids: dict[Any, None] = {}  # v10+: asked by topic id
+    async for wanted in broker.paced(req.topics):
+        if wanted.name is None:
+            ids[wanted.topic_id] = None
+        else:
+            names[wanted.name] = None
     out = []
-    for wanted in req.topics:
-        name = wanted.name
-        if name is None:  # v10+: asked by topic id
-            info = await broker.topics.by_uuid(wanted.topic_id)
-            if info is None:
-                out.append(_missing(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
+    async for name in broker.paced(names):
+        info, code = await broker.topics.resolve(name)
+        if info is None and code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and auto:
+            if creations_left:
+                creations_left -= 1
+                info, code = await broker.topics.resolve(name, True)
             else:
-                out.append(_topic(info, node))
-            continue
-        info, code = await broker.topics.resolve(name, auto)
+                code = ErrorCode.LEADER_NOT_AVAILABLE
+        out.append(_missing(name, code) if info is None else _topic(info, node))
+    async for topic_id in broker.paced(ids):
+        info = await broker.topics.by_uuid(topic_id)
         if info is None:
-            out.append(_missing(name, code))
+            out.append(_missing(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
         else:
             out.append(_topic(info, node))
     return out
@@ -72,7 +96,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     node = broker.config.node_id
     # v0 asks for all topics with an empty list, v1+ with null.
     if req.topics is None or (ctx.version == 0 and not req.topics):
-        topics = [_topic(info, node) for info in await broker.topics.list()]
+        topics = [_topic(info, node) async for info in broker.paced(await broker.topics.list())]
     else:
         topics = await _requested(ctx, req)
     brokers = [
