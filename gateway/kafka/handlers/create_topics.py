@@ -4,6 +4,7 @@ with a message saying why. Configs are validated against what tmsgate supports."
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from kafka.protocol.admin import CreateTopicsResponse
@@ -107,10 +108,10 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     validate_only = bool(req.validate_only) if ctx.version >= 1 else False
-    names = [t.name for t in req.topics]
+    named = Counter(t.name for t in req.topics)  # not list.count: 50k topics took 52 s
     results = []
     for topic in req.topics:
-        if names.count(topic.name) > 1:
+        if named[topic.name] > 1:
             results.append(
                 _Result(
                     name=topic.name,
