@@ -1,4 +1,4 @@
-"""``tmsgate`` command line. ``tmsgate serve`` runs the Kafka gateway over a store.
+"""``tmsgate`` command line. ``tmsgate serve`` runs the gateway (Kafka and HTTP) over a store.
 
 Every flag can also come from the environment (TMSGATE_STORE, TMSGATE_KAFKA_LISTEN,
 ...), which is how containers configure it; a flag on the command line wins.
@@ -19,6 +19,7 @@ from tmsgate.gateway import groups_cli, inspect_cli
 
 DEFAULT_STORE = "leveldb://./data"
 DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
+DEFAULT_HTTP_LISTEN = "127.0.0.1:8080"
 log = logging.getLogger("tmsgate")
 
 
@@ -48,7 +49,7 @@ def _env_bool(name: str, default: bool) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tmsgate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the Kafka gateway")
+    s = sub.add_parser("serve", help="run the gateway: Kafka and HTTP over one store")
     s.add_argument(
         "--store",
         default=_env("TMSGATE_STORE", DEFAULT_STORE),
@@ -64,6 +65,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env("TMSGATE_KAFKA_ADVERTISED", None),
         help="host:port clients are told to connect to (default: the listen "
         "address) (env TMSGATE_KAFKA_ADVERTISED)",
+    )
+    s.add_argument(
+        "--http-listen",
+        default=_env("TMSGATE_HTTP_LISTEN", DEFAULT_HTTP_LISTEN),
+        help="host:port of the TMS HTTP API and transaction service (env TMSGATE_HTTP_LISTEN)",
+    )
+    s.add_argument(
+        "--no-http",
+        action="store_true",
+        default=_env_bool("TMSGATE_NO_HTTP", False),
+        help="serve Kafka only (env TMSGATE_NO_HTTP)",
+    )
+    s.add_argument(
+        "--http-max-body-mb",
+        type=int,
+        default=int(_env("TMSGATE_HTTP_MAX_BODY_MB", "64") or 0),
+        help="largest HTTP request body accepted; larger ones get 413",
+    )
+    s.add_argument(
+        "--http-max-poll",
+        type=int,
+        default=int(_env("TMSGATE_HTTP_MAX_POLL", "10000") or 0),
+        help="most messages one HTTP poll returns, whatever its limit asks",
     )
     s.add_argument(
         "--namespace",
@@ -201,21 +225,38 @@ def _tune_malloc() -> None:
     mallopt(m_mmap_threshold, 32 << 20)  # glibc's maximum
 
 
+def _serve_config(args: argparse.Namespace) -> object:
+    from tmsgate.gateway.services import ServeConfig
+
+    http = None
+    if not args.no_http:
+        from tmsgate.gateway.http.config import HttpConfig
+
+        host, port = parse_address(args.http_listen, "--http-listen")
+        http = HttpConfig(
+            host=host,
+            port=port,
+            max_body_bytes=max(1, args.http_max_body_mb) << 20,
+            max_poll=max(1, args.http_max_poll),
+        )
+    metrics = (
+        parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else None
+    )
+    return ServeConfig(args.store, _config(args), http, metrics)  # type: ignore[arg-type]
+
+
 def serve_command(args: argparse.Namespace) -> int:
-    from tmsgate.gateway.kafka import serve
+    from tmsgate.gateway.services import serve
 
     try:
-        config = _config(args)
-        metrics = (
-            parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else None
-        )
+        config = _serve_config(args)
     except argparse.ArgumentTypeError as exc:
         log.error("%s", exc)
         return 2
     _tune_gc()
     _tune_malloc()
     try:
-        _run(serve(config, args.store, metrics_listen=metrics))  # type: ignore[arg-type]
+        _run(serve(config))  # type: ignore[arg-type]
     except OSError as exc:
         log.error("cannot serve: %s", exc)
         return 1

@@ -28,7 +28,14 @@ from .ids import (
     TopicMetadata,
 )
 from .store import Store, open_store
-from .transactions import TX_PER_MS, Transaction, TransactionManager, Visibility
+from .transactions import (
+    TX_PER_MS,
+    Transaction,
+    TransactionManager,
+    Visibility,
+    decode_transaction,
+    encode_transaction,
+)
 
 __all__ = [
     "TX_PER_MS",
@@ -56,6 +63,8 @@ __all__ = [
     "TransactionManager",
     "TransactionNotInProgress",
     "Visibility",
+    "decode_transaction",
+    "encode_transaction",
     "open_backend",
     "open_store",
 ]

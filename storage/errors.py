@@ -32,9 +32,15 @@ class InvalidTransaction(StorageError):
 
 
 class TransactionNotInProgress(InvalidTransaction):
-    def __init__(self, write_pointer: int) -> None:
-        super().__init__(f"write pointer {write_pointer} is not an in-progress transaction")
+    """``state`` says where the transaction is instead: committed, aborted, invalid (timed
+    out or invalidated) or unknown (TransactionManager.state)."""
+
+    def __init__(self, write_pointer: int, state: str = "unknown") -> None:
+        super().__init__(
+            f"write pointer {write_pointer} is not an in-progress transaction (it is {state})"
+        )
         self.write_pointer = write_pointer
+        self.state = state
 
 
 class OffsetOutOfRange(StorageError):

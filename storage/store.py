@@ -53,6 +53,8 @@ StateUpdates = Mapping[tuple[str, str], bytes | None]
 # State may depend on where the messages landed: a callable gets the PublishResult.
 StateArg = StateUpdates | Callable[[PublishResult], StateUpdates] | None
 Listener = Callable[[TopicId, int], None]
+# Told of every topic change once it is durable: the new metadata (generation < 0: deleted).
+TopicListener = Callable[[TopicMetadata], None]
 
 _SUFFIX = keys.MESSAGE_SUFFIX
 _U64 = keys.U64
@@ -95,6 +97,7 @@ class Store:
         self._metadata: dict[TopicId, TopicMetadata | None] = {}
         self._states: dict[TopicId, TopicState] = {}
         self._listeners: list[Listener] = []
+        self._topic_listeners: list[TopicListener] = []
         self._closed = False
         self._write_failures = 0
         # A full disk: publishes and stores are refused while this says so (space.py).
@@ -118,6 +121,7 @@ class Store:
                 raise TopicAlreadyExists(topic)
             md = new_metadata(topic, previous.generation if previous else 0, props, self._clock())
             batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(md)))
+            batch.after.append(lambda: self._topic_changed(md))
             with self._lock:
                 self._metadata[topic] = md
                 self._states.pop(topic, None)
@@ -142,6 +146,7 @@ class Store:
                 props = validate_properties(properties(dict(md.properties)))  # type: ignore[operator]
             md = TopicMetadata(topic, md.generation, props, md.topic_uuid, md.created_ms)
             batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(md)))
+            batch.after.append(lambda: self._topic_changed(md))
             with self._lock:
                 self._metadata[topic] = md
                 st = self._states.get(topic)
@@ -158,6 +163,7 @@ class Store:
             md = self._require(topic)
             gone = TopicMetadata(topic, -md.generation, md.properties, md.topic_uuid, md.created_ms)
             batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(gone)))
+            batch.after.append(lambda: self._topic_changed(gone))
             with self._lock:
                 self._metadata[topic] = gone
                 self._states.pop(topic, None)
@@ -220,7 +226,7 @@ class Store:
             self._refuse_if_full()  # again: the disk may have filled while it was queued
             st = self._state(topic)
             if wp is not None and not self.transactions.is_in_progress(wp):
-                raise TransactionNotInProgress(wp)
+                raise TransactionNotInProgress(wp, self.transactions.state(wp))
             saved = (st.last_ts, st.last_seq, st.next_offset)
             if entries:
                 result = self._rows.append(batch, st, entries, wp)
@@ -260,7 +266,7 @@ class Store:
             self._refuse_if_full()
             st = self._state(topic)
             if not self.transactions.is_in_progress(wp):
-                raise TransactionNotInProgress(wp)
+                raise TransactionNotInProgress(wp, self.transactions.state(wp))
             self._rows.check_unreferenced(st, wp)
             stored = self._rows.stored(st, wp)
             count, ts, seq = stored
@@ -282,11 +288,15 @@ class Store:
 
         return self._writer.submit(op)
 
-    def rollback(self, topic: TopicId, detail: RollbackDetail) -> int:
+    def rollback(self, topic: TopicId, detail: RollbackDetail | PublishResult) -> int:
         """Negate the t column of the rows a transactional publish wrote; -> rows changed.
+        ``detail`` is what publish() returned, or its ``rollback`` part.
 
         Only while the transaction is in progress (or invalid): committed is final."""
-
+        if isinstance(detail, PublishResult):
+            if detail.rollback is None:
+                raise InvalidTransaction("not a transactional publish: nothing to roll back")
+            detail = detail.rollback
         wp = detail.write_pointer
         txm = self.transactions
 
@@ -295,7 +305,7 @@ class Store:
             if not (txm.is_in_progress(wp) or wp in txm.invalid()):
                 # Accepted messages are immutable (the seed): a committed transaction's
                 # rows stay; an unknown pointer has nothing to roll back.
-                raise TransactionNotInProgress(wp)
+                raise TransactionNotInProgress(wp, txm.state(wp))
             start = st.msg_prefix + _SUFFIX.pack(detail.start_ts, detail.start_seq)
             stop = st.msg_prefix + _SUFFIX.pack(detail.end_ts, detail.end_seq) + b"\x00"
             changed = 0
@@ -443,6 +453,22 @@ class Store:
     def remove_listener(self, listener: Listener) -> None:
         if listener in self._listeners:
             self._listeners.remove(listener)
+
+    def add_topic_listener(self, listener: TopicListener) -> None:
+        """``listener(metadata)`` runs on the writer thread after a topic was created,
+        changed or deleted (generation < 0), whoever did it (Kafka, HTTP, tools)."""
+        self._topic_listeners.append(listener)
+
+    def remove_topic_listener(self, listener: TopicListener) -> None:
+        if listener in self._topic_listeners:
+            self._topic_listeners.remove(listener)
+
+    def _topic_changed(self, md: TopicMetadata) -> None:
+        for listener in list(self._topic_listeners):
+            try:
+                listener(md)
+            except Exception:
+                log.exception("topic listener failed")
 
     def _made_visible(self, st: TopicState, next_offset: int) -> None:
         if next_offset > st.visible_offset:

@@ -8,7 +8,9 @@ store's writer (``persist``), so they are fsynced and ordered with publishes.
 from __future__ import annotations
 
 import enum
+import struct
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -22,6 +24,15 @@ TX_PER_MS = 1_000_000
 _LAST_WP = TX + b"w"
 _IN_PROGRESS = TX + b"p"
 _INVALID = TX + b"i"
+# How many ended transactions are remembered by how they ended (in memory only), so that
+# state() can tell "aborted" from "invalid" and a commit's double from an unknown pointer.
+_REMEMBER_ENDED = 100_000
+
+IN_PROGRESS = "in_progress"
+COMMITTED = "committed"
+ABORTED = "aborted"
+INVALID = "invalid"
+UNKNOWN = "unknown"
 
 
 class Visibility(enum.Enum):
@@ -71,6 +82,7 @@ class TransactionManager:
         self._in_progress: dict[int, int] = {}  # write pointer -> expiry (epoch ms)
         self._invalid: set[int] = set()
         self._committing: set[int] = set()  # commit written, fsync not yet done
+        self._ended: OrderedDict[int, str] = OrderedDict()  # recent: write pointer -> how
         self.reload(backend)
 
     def reload(self, backend: Backend) -> None:
@@ -107,9 +119,18 @@ class TransactionManager:
         wp = _wp(tx)
         with self._lock:
             if wp not in self._in_progress or wp in self._committing:
-                raise TransactionNotInProgress(wp)
-            self._committing.add(wp)
-            done = self._persist([(_IN_PROGRESS + U64.pack(wp), None)])
+                raise TransactionNotInProgress(wp, self._state_locked(wp))
+            if self._in_progress[wp] < self._clock():
+                # Timed out, whether or not expire() has run since: too late to commit.
+                timed_out = self._invalidate_locked(wp)
+            else:
+                timed_out = None
+                self._committing.add(wp)
+                done = self._persist([(_IN_PROGRESS + U64.pack(wp), None)])
+        if timed_out is not None:
+            timed_out.result()
+            self._finished(wp)
+            raise TransactionNotInProgress(wp, INVALID)
         try:
             done.result()
         finally:
@@ -119,6 +140,7 @@ class TransactionManager:
         # while the fsync ran still saw it in progress.
         with self._lock:
             self._in_progress.pop(wp, None)
+            self._remember(wp, COMMITTED)
         self._finished(wp)
 
     def abort(self, tx: Transaction | int) -> None:
@@ -129,8 +151,9 @@ class TransactionManager:
         wp = _wp(tx)
         with self._lock:
             if wp not in self._in_progress or wp in self._committing:
-                raise TransactionNotInProgress(wp)
+                raise TransactionNotInProgress(wp, self._state_locked(wp))
             done = self._invalidate_locked(wp)
+            self._remember(wp, ABORTED)
         done.result()
         self._finished(wp)
 
@@ -148,6 +171,7 @@ class TransactionManager:
     def _invalidate_locked(self, wp: int) -> Future[object]:
         self._in_progress.pop(wp, None)
         self._invalid.add(wp)
+        self._remember(wp, INVALID)
         return self._persist([(_IN_PROGRESS + U64.pack(wp), None), (_INVALID + U64.pack(wp), b"")])
 
     def expire(self) -> list[int]:
@@ -166,7 +190,32 @@ class TransactionManager:
         if self._on_finish is not None:
             self._on_finish(wp)
 
+    def _remember(self, wp: int, how: str) -> None:
+        self._ended[wp] = how
+        if len(self._ended) > _REMEMBER_ENDED:
+            self._ended.popitem(last=False)
+
     # --- queries --------------------------------------------------------------------------
+    def state(self, wp: int) -> str:
+        """in_progress, committed, aborted, invalid (timed out or invalidated) or unknown.
+
+        What Tephra's visibility rule implies where nothing better is remembered: a pointer
+        no later than the last one issued, neither in progress nor invalid, reads as
+        committed (how it ended is remembered for the last 100,000 ended transactions
+        only, and not across restarts); a later pointer is unknown."""
+        with self._lock:
+            return self._state_locked(wp)
+
+    def _state_locked(self, wp: int) -> str:
+        if wp in self._in_progress:
+            return COMMITTED if wp in self._committing else IN_PROGRESS
+        how = self._ended.get(wp)
+        if wp in self._invalid:
+            return ABORTED if how == ABORTED else INVALID
+        if how is not None:
+            return how
+        return COMMITTED if 0 < wp <= self._last_wp else UNKNOWN
+
     def snapshot(self) -> Transaction:
         """A fresh read-only view: everything committed so far is visible."""
         with self._lock:
@@ -188,3 +237,49 @@ class TransactionManager:
 
 def _wp(tx: Transaction | int) -> int:
     return tx if isinstance(tx, int) else tx.write_pointer
+
+
+# --- the transaction codec -----------------------------------------------------------------
+# What the HTTP API hands out as a transaction's ``encoded`` bytes and takes back as a
+# poll's ``transaction`` (the seed's TransactionCodec), documented in docs/http-api.md:
+#   version 0x01, write_pointer i64, read_pointer i64,
+#   n_in_progress u32, n_in_progress x i64, n_invalid u32, n_invalid x i64   (big-endian)
+CODEC_VERSION = 1
+_HEAD = struct.Struct(">bqqI")
+_COUNT = struct.Struct(">I")
+
+
+def encode_transaction(tx: Transaction) -> bytes:
+    in_progress = sorted(tx.in_progress)
+    invalid = sorted(tx.invalid)
+    return b"".join(
+        (
+            _HEAD.pack(CODEC_VERSION, tx.write_pointer, tx.read_pointer, len(in_progress)),
+            struct.pack(f">{len(in_progress)}q", *in_progress),
+            _COUNT.pack(len(invalid)),
+            struct.pack(f">{len(invalid)}q", *invalid),
+        )
+    )
+
+
+def decode_transaction(raw: bytes) -> Transaction:
+    """The inverse of encode_transaction; ValueError saying what is wrong otherwise."""
+    if len(raw) < _HEAD.size:
+        raise ValueError(f"an encoded transaction has at least {_HEAD.size} bytes, got {len(raw)}")
+    version, wp, rp, n_in = _HEAD.unpack_from(raw)
+    if version != CODEC_VERSION:
+        raise ValueError(f"unknown transaction codec version {version} (expected 1)")
+    pos = _HEAD.size
+    end = pos + 8 * n_in + _COUNT.size
+    if len(raw) < end:
+        raise ValueError("encoded transaction is cut short in its in-progress list")
+    in_progress = struct.unpack_from(f">{n_in}q", raw, pos)
+    (n_inv,) = _COUNT.unpack_from(raw, end - _COUNT.size)
+    if len(raw) != end + 8 * n_inv:
+        raise ValueError(
+            f"encoded transaction has {len(raw)} bytes; its lists say {end + 8 * n_inv}"
+        )
+    invalid = struct.unpack_from(f">{n_inv}q", raw, end)
+    if wp < 0 or rp < 0:
+        raise ValueError("an encoded transaction's pointers cannot be negative")
+    return Transaction(wp, rp, frozenset(in_progress), frozenset(invalid))

@@ -21,7 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tmsgate.gateway.kafka import GatewayConfig, KafkaServer, serve
+from tmsgate.gateway.kafka import GatewayConfig, KafkaServer
+from tmsgate.gateway.services import ServeConfig, Services, serve
 from tmsgate.protocol import response_class
 
 VENV_BIN = Path(sys.executable).parent
@@ -36,10 +37,15 @@ def free_port() -> int:
 class GatewayThread:
     """A gateway on its own event loop in a daemon thread."""
 
-    def __init__(self, store_url: str, config: GatewayConfig | None = None) -> None:
+    def __init__(
+        self, store_url: str, config: GatewayConfig | None = None, *, http: bool = False
+    ) -> None:
+        """``http``: serve the HTTP API too, on a free port (``http_url``)."""
         self.store_url = store_url
         self.config = replace(config or GatewayConfig(), host="127.0.0.1", port=0)
+        self.http = http
         self.server: KafkaServer | None = None
+        self.services: Services | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -56,6 +62,12 @@ class GatewayThread:
     def address(self) -> tuple[str, int]:
         assert self.server is not None
         return self.server.address
+
+    @property
+    def http_url(self) -> str:
+        assert self.services is not None and self.services.http_server is not None
+        host, port = self.services.http_server.address
+        return f"http://{host}:{port}"
 
     @property
     def broker(self) -> Any:
@@ -87,13 +99,18 @@ class GatewayThread:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
 
-            def ready(server: KafkaServer) -> None:
-                self.server = server
+            def ready(services: Services) -> None:
+                self.services = services
+                self.server = services.kafka_server
                 self._ready.set()
 
-            await serve(
-                self.config, self.store_url, stop=self._stop, on_ready=ready, handle_signals=False
-            )
+            http = None
+            if self.http:
+                from tmsgate.gateway.http.config import HttpConfig
+
+                http = HttpConfig(host="127.0.0.1", port=0)
+            config = ServeConfig(self.store_url, self.config, http)
+            await serve(config, stop=self._stop, on_ready=ready, handle_signals=False)
 
         try:
             asyncio.run(run())
@@ -103,8 +120,9 @@ class GatewayThread:
 
 
 @contextmanager
-def gateway_thread(tmp_path: Path, **config: Any) -> Iterator[GatewayThread]:
-    gw = GatewayThread(f"leveldb://{tmp_path / 'store'}", GatewayConfig(**config)).start()
+def gateway_thread(tmp_path: Path, http: bool = False, **config: Any) -> Iterator[GatewayThread]:
+    gw = GatewayThread(f"leveldb://{tmp_path / 'store'}", GatewayConfig(**config), http=http)
+    gw.start()
     try:
         yield gw
     finally:

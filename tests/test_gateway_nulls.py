@@ -36,9 +36,8 @@ SET, DELETE = 0, 1
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
-    with gateway_thread(Path(tmp_path_factory.mktemp("nulls"))) as g:
-        config = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100)
-        g.call(setattr, g.broker, "group_config", config)  # read on first group request
+    config = GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100)
+    with gateway_thread(Path(tmp_path_factory.mktemp("nulls")), groups=config) as g:
         client = RawClient(g.address)
         assert client.request(kr.create_topic(TOPIC), 5).topics[0].error_code == 0
         client.close()

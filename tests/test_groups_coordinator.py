@@ -618,30 +618,27 @@ def test_shutdown_answers_waiting_joins(h):
     run(scenario())
 
 
-def test_one_coordinator_per_broker_with_start_and_close_hooks(tmp_path):
-    from tmsgate.gateway.kafka.groups import (
-        close_coordinator,
-        coordinator_for,
-        start_coordinator,
-        stop_coordinator,
-    )
-
+def test_each_broker_owns_its_coordinator_with_ready_shutdown_and_close(tmp_path):
     store = open_store(f"leveldb://{tmp_path / 's'}")
-    broker = Broker(store, GatewayConfig())
+    broker = Broker(store, GatewayConfig(groups=FAST))
+    other = Broker(store, GatewayConfig(groups=FAST))
 
     async def scenario():
-        coord = await start_coordinator(broker, FAST)
-        assert coordinator_for(broker) is coord and coord._loading.done()
+        coord = broker.groups
+        await coord.ready()
+        assert coord._loading.done() and other.groups is not coord
+        assert coord.config is FAST
         h = Harness.__new__(Harness)
         h.coord = coord
         (a,) = await Harness.join_and_sync(h, "g", 1)
-        stop_coordinator(broker)
+        broker.begin_shutdown()  # answers waiting joins and refuses heartbeats
         assert (await coord.heartbeat("g", a.member_id, None, 1))[0] is E.NOT_COORDINATOR
-        await close_coordinator(broker)
+        await coord.close()
 
     try:
         run(scenario())
         assert len(store.scan_state("kafka.groups")) == 1
     finally:
         broker.close()
+        other.close()
         store.close()

@@ -80,8 +80,7 @@ class Wire:
 async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Broker, Any]]:
     store = open_store(f"leveldb://{tmp_path / 'store'}")
     store.create_topic(TopicId("default", "t"), {})
-    broker = Broker(store, GatewayConfig(port=0), routes=route_table())
-    broker.group_config = CONFIG  # type: ignore[attr-defined]
+    broker = Broker(store, GatewayConfig(port=0, groups=CONFIG), routes=route_table())
     server = KafkaServer(broker)
     broker.attach(asyncio.get_running_loop())
     host, port = await server.start()

@@ -3,6 +3,5 @@
 from .broker import Broker
 from .config import GatewayConfig
 from .server import KafkaServer
-from .service import serve
 
-__all__ = ["Broker", "GatewayConfig", "KafkaServer", "serve"]
+__all__ = ["Broker", "GatewayConfig", "KafkaServer"]

@@ -21,9 +21,11 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from tmsgate.storage import Store
+
 from .batch_cache import BatchCache
 from .config import GatewayConfig
-from .groups import stop_coordinator
+from .groups import GroupCoordinator, from_env
 from .metrics import Metrics
 from .notify import PublishNotifier
 from .producers import ProducerStates
@@ -81,16 +83,22 @@ _heavy_work = _HeavyWork()
 class Broker:
     def __init__(
         self,
-        store: Any,
+        store: Store,
         config: GatewayConfig,
         *,
         metrics: Metrics | None = None,
         routes: RouteTable | None = None,
+        executor: ThreadPoolExecutor | None = None,
     ) -> None:
-        self.store = store
+        """``executor``: the process's shared I/O executor (gateway/services.py owns it and
+        shuts it down); a broker built alone (tests) makes and closes its own."""
+        self.store: Store = store
         self.config = config
         # Bounded: reads from disk queue here instead of piling threads onto LevelDB.
-        self.executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="tmsgate-io")
+        self._own_executor = executor is None
+        self.executor = executor or ThreadPoolExecutor(
+            config.io_threads, thread_name_prefix="tmsgate-io"
+        )
         # One thread: CPU work holds the GIL, so more threads would not finish it sooner,
         # they would only take more turns from the event loop (and from store writers).
         self.cpu_executor = ThreadPoolExecutor(1, thread_name_prefix="tmsgate-cpu")
@@ -104,6 +112,8 @@ class Broker:
         self.advertised_host = config.advertised_host or config.host
         self.advertised_port = config.advertised_port or config.port
         self.closing = False
+        # Built last: it reaches the store and executor through the broker.
+        self.groups = GroupCoordinator(self, config.groups or from_env())
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking store call on the executor."""
@@ -151,6 +161,7 @@ class Broker:
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start listening for publishes (fetch long polls wake on them)."""
         self.notifier.attach(loop, self.store)
+        self.topics.attach(loop)
 
     def set_listen_address(self, host: str, port: int) -> None:
         # With port 0 the OS picks the port; clients must be told the real one.
@@ -162,9 +173,11 @@ class Broker:
     def begin_shutdown(self) -> None:
         self.closing = True
         self.notifier.wake_all()
-        stop_coordinator(self)  # answer long-polling JoinGroup/SyncGroup with NOT_COORDINATOR
+        self.groups.shutdown()  # answer long-polling JoinGroup/SyncGroup with NOT_COORDINATOR
 
     def close(self) -> None:
         self.notifier.detach()
-        self.executor.shutdown(wait=True)
+        self.topics.detach()
+        if self._own_executor:
+            self.executor.shutdown(wait=True)
         self.cpu_executor.shutdown(wait=True)

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+# Defined with the one error table; the Kafka code imports them from here too.
+from tmsgate.gateway.errors import InvalidConfig as InvalidConfig
+from tmsgate.gateway.errors import InvalidTopicName as InvalidTopicName
 from tmsgate.protocol import DEFAULT_MAX_FRAME_BYTES
 
 from .stream import DEFAULT_QUEUED_MAX_REQUEST_BYTES
+
+if TYPE_CHECKING:  # the groups package imports this module
+    from .groups.config import GroupConfig
 
 RETENTION_MS = "retention.ms"
 MAX_MESSAGE_BYTES = "max.message.bytes"
@@ -46,16 +53,10 @@ class GatewayConfig:
     # as it is, make none (embedded and test gateways); `tmsgate serve` passes 64 MiB.
     disk_reserve_bytes: int | None = None
     shutdown_grace_s: float = 30.0
+    # Kafka's group.* and offsets.* settings; None: from the environment (groups/config.py).
+    groups: GroupConfig | None = None
     cluster_id: str = "tmsgate"
     node_id: int = 0
-
-
-class InvalidConfig(ValueError):
-    """A Kafka config name or value tmsgate cannot honour (INVALID_CONFIG)."""
-
-
-class InvalidTopicName(ValueError):
-    """Not a legal Kafka topic name (INVALID_TOPIC_EXCEPTION)."""
 
 
 @dataclass(frozen=True, slots=True)

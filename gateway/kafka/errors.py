@@ -1,4 +1,4 @@
-"""The one table from gateway and storage exceptions to Kafka error codes, and how
+"""Kafka error codes for exceptions (the one table: ``gateway/errors.py``), and how
 failures are logged (once with their cause, then counted: ``FailureLog``)."""
 
 from __future__ import annotations
@@ -7,52 +7,18 @@ import logging
 import time
 from collections.abc import Callable
 
+from tmsgate.gateway.errors import error_kind
 from tmsgate.protocol import ErrorCode, ProtocolError
-from tmsgate.storage import (
-    DiskFull,
-    InvalidTopicProperties,
-    InvalidTransaction,
-    OffsetOutOfRange,
-    StateConflict,
-    StorageError,
-    StoreClosed,
-    TopicAlreadyExists,
-    TopicNotFound,
-)
-
-from .config import InvalidConfig, InvalidTopicName
+from tmsgate.storage import StorageError
 
 log = logging.getLogger("tmsgate.kafka")
-
-# Most specific first: the first isinstance match wins.
-_TABLE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
-    (TopicNotFound, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-    (TopicAlreadyExists, ErrorCode.TOPIC_ALREADY_EXISTS),
-    (InvalidTopicProperties, ErrorCode.INVALID_CONFIG),
-    (InvalidTransaction, ErrorCode.INVALID_TXN_STATE),
-    (OffsetOutOfRange, ErrorCode.OFFSET_OUT_OF_RANGE),
-    # Only idempotent produce raises it: the batch no longer follows what is durable.
-    (StateConflict, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
-    # A closing store: the client retries (KAFKA_STORAGE_ERROR is retriable) and
-    # reconnects, to this gateway once it is back.
-    (StoreClosed, ErrorCode.KAFKA_STORAGE_ERROR),
-    # A full disk: what a Kafka broker answers when its log directory fails (a full disk
-    # included). Retriable, so producers wait within delivery.timeout.ms for space.
-    (DiskFull, ErrorCode.KAFKA_STORAGE_ERROR),
-    (StorageError, ErrorCode.KAFKA_STORAGE_ERROR),
-    (InvalidTopicName, ErrorCode.INVALID_TOPIC_EXCEPTION),
-    (InvalidConfig, ErrorCode.INVALID_CONFIG),
-)
 
 
 def error_code(exc: BaseException) -> ErrorCode:
     code = getattr(exc, "code", None)
     if isinstance(exc, ProtocolError) and isinstance(code, ErrorCode):
         return code
-    for cls, mapped in _TABLE:
-        if isinstance(exc, cls):
-            return mapped
-    return ErrorCode.UNKNOWN_SERVER_ERROR
+    return error_kind(exc).kafka
 
 
 def error_of(

@@ -1,13 +1,14 @@
 """Kafka topic names <-> store topics, with a short-lived cache and auto-creation.
 
 Every produce and fetch needs the topic's generation and configs; asking the store
-each time would put a blocking call on every request. Entries live a few seconds
-so that changes made through the store's other APIs (HTTP) show up soon, and any
-TopicNotFound from the store drops the entry at once.
+each time would put a blocking call on every request. A change made through any of the
+store's APIs (HTTP too) drops the entry once it is durable (``attach``); entries also
+live only a few seconds, and any TopicNotFound from the store drops one at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -48,6 +49,26 @@ class TopicRegistry:
         self._cache: dict[str, tuple[TopicInfo, float]] = {}
         self._by_uuid: dict[uuid.UUID, str] = {}
         self._last_uuid_scan = float("-inf")
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Follow topic changes made through any API (HTTP, tools) as they become durable,
+        so Kafka clients see a deleted or reconfigured topic at once."""
+        self._loop = loop
+        self._broker.store.add_topic_listener(self._changed)
+
+    def detach(self) -> None:
+        self._broker.store.remove_topic_listener(self._changed)
+
+    def _changed(self, md: TopicMetadata) -> None:
+        # On the store's writer thread: the cache belongs to the event loop.
+        if md.topic.namespace == self._broker.config.namespace and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._apply_change, md)
+
+    def _apply_change(self, md: TopicMetadata) -> None:
+        self.invalidate(md.topic.topic)
+        if md.generation < 0:  # deleted: its cached batches can never be served again
+            self._broker.batch_cache.drop_topic(md.topic_uuid)
 
     def topic_id(self, name: str) -> TopicId:
         try:

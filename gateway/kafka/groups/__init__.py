@@ -1,9 +1,9 @@
 """Kafka consumer groups (the classic protocol): coordinator, committed offsets, state.
 
-    coordinator_for(broker) -> GroupCoordinator   # created and loaded on first use
-    await start_coordinator(broker)   # gateway start-up: load groups now
-    stop_coordinator(broker)          # shutdown begins: answer long-polling joins
-    await close_coordinator(broker)   # before the store closes: flush group state
+    broker.groups: GroupCoordinator   # one per Broker, built with it
+    await broker.groups.ready()       # gateway start-up: load groups now
+    broker.groups.shutdown()          # shutdown begins: answer long-polling joins
+    await broker.groups.close()       # before the store closes: flush group state
 
 The handlers in ``gateway/kafka/handlers`` translate requests to the coordinator's
 methods and its results back to responses; nothing here knows wire formats.
@@ -16,10 +16,6 @@ from .coordinator import (
     GroupSummary,
     ListedGroup,
     MemberSummary,
-    close_coordinator,
-    coordinator_for,
-    start_coordinator,
-    stop_coordinator,
 )
 from .errors import GroupError, GroupErrorCode
 from .model import JoinRequest, JoinResult, SyncRequest, SyncResult, client_host
@@ -48,9 +44,5 @@ __all__ = [
     "SyncRequest",
     "SyncResult",
     "client_host",
-    "close_coordinator",
-    "coordinator_for",
     "from_env",
-    "start_coordinator",
-    "stop_coordinator",
 ]

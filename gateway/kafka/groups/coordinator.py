@@ -1,8 +1,8 @@
 """The group coordinator of one gateway: membership (``Rebalancer``), committed offsets
 (``Offsets``) and the operator APIs, over state loaded from the store.
 
-The gateway is the coordinator of every group. ``coordinator_for(broker)`` creates it
-on first use and caches it per Broker; it loads the durable state (group records and
+The gateway is the coordinator of every group. Each Broker builds one (``broker.groups``)
+and the gateway's start-up calls ``ready()``; it loads the durable state (group records and
 committed offsets) before answering its first request. Groups that had members when
 the gateway stopped come back Stable with the same generation and assignment, so
 their members carry on heartbeating; a member that does not come back expires after
@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -30,7 +29,7 @@ from .codec import (
     group_key,
     parse_offset_key,
 )
-from .config import GroupConfig, from_env
+from .config import GroupConfig
 from .errors import GroupError, GroupErrorCode
 from .model import (
     CONSUMER_PROTOCOL,
@@ -493,42 +492,3 @@ def _current_task() -> asyncio.Task[object] | None:
         return asyncio.current_task()
     except RuntimeError:
         return None
-
-
-# --- one coordinator per Broker -----------------------------------------------------------
-_COORDINATORS: weakref.WeakKeyDictionary[Broker, GroupCoordinator] = weakref.WeakKeyDictionary()
-
-
-def coordinator_for(broker: Broker, config: GroupConfig | None = None) -> GroupCoordinator:
-    """The broker's group coordinator, created (settings from ``config``, else the
-    broker's ``group_config`` attribute if it has one, else the environment) on first use."""
-    coordinator = _COORDINATORS.get(broker)
-    if coordinator is None:
-        config = config or getattr(broker, "group_config", None) or from_env()
-        coordinator = GroupCoordinator(broker, config)
-        _COORDINATORS[broker] = coordinator
-    return coordinator
-
-
-async def start_coordinator(broker: Broker, config: GroupConfig | None = None) -> GroupCoordinator:
-    """Create the coordinator and load the groups now (at gateway start-up) rather than on
-    the first group request, so restored members that never come back expire on time."""
-    coordinator = coordinator_for(broker, config)
-    await coordinator.ready()
-    return coordinator
-
-
-def stop_coordinator(broker: Broker) -> None:
-    """Answer waiting JoinGroup/SyncGroup requests (NOT_COORDINATOR) and stop the timers,
-    so a shutting-down gateway is not held up by long-polling joins."""
-    coordinator = _COORDINATORS.get(broker)
-    if coordinator is not None:
-        coordinator.shutdown()
-
-
-async def close_coordinator(broker: Broker) -> None:
-    """stop_coordinator(), then wait until queued group state is written: call it after the
-    server has stopped and before the broker's executor and the store close."""
-    coordinator = _COORDINATORS.get(broker)
-    if coordinator is not None:
-        await coordinator.close()

@@ -8,7 +8,7 @@ from typing import Any
 from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
 
 from ..context import RequestContext
-from ..groups import GroupError, coordinator_for
+from ..groups import GroupError
 from ..routes import Route
 
 _Result = DeleteGroupsResponse.DeletableGroupResult
@@ -17,7 +17,7 @@ _Result = DeleteGroupsResponse.DeletableGroupResult
 async def handle(ctx: RequestContext, req: Any) -> Any:
     names = list(req.groups_names)
     try:
-        codes = await coordinator_for(ctx.broker).delete_groups(names)
+        codes = await ctx.broker.groups.delete_groups(names)
     except GroupError as exc:  # loading failed, or shutting down
         codes = [exc.code for _ in names]
     results = [_Result(group_id=g, error_code=c) for g, c in zip(names, codes, strict=True)]

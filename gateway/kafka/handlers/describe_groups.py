@@ -8,7 +8,7 @@ from typing import Any
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 
 from ..context import RequestContext
-from ..groups import GroupError, GroupErrorCode, GroupState, GroupSummary, coordinator_for
+from ..groups import GroupError, GroupErrorCode, GroupState, GroupSummary
 from ..routes import Route
 
 _Group = DescribeGroupsResponse.DescribedGroup
@@ -67,7 +67,7 @@ def _failed(group_id: str, exc: GroupError, ops: Any) -> Any:
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
-    coordinator = coordinator_for(ctx.broker)
+    coordinator = ctx.broker.groups
     want_ops = ctx.version >= 3 and req.include_authorized_operations
     ops = set(GROUP_OPERATIONS) if want_ops else None
     groups = []

@@ -7,13 +7,12 @@ from typing import Any
 from kafka.protocol.consumer import HeartbeatRequest
 
 from ..context import RequestContext
-from ..groups import coordinator_for
 from ..routes import Route
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     instance_id = req.group_instance_id if ctx.version >= 3 else None
-    code, _why = await coordinator_for(ctx.broker).heartbeat(
+    code, _why = await ctx.broker.groups.heartbeat(
         req.group_id, req.member_id, instance_id, req.generation_id
     )
     return ctx.response(throttle_time_ms=0, error_code=code)

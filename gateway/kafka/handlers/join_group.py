@@ -10,7 +10,7 @@ from typing import Any
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
 
 from ..context import RequestContext
-from ..groups import JoinRequest, client_host, coordinator_for
+from ..groups import JoinRequest, client_host
 from ..routes import Route
 
 _Member = JoinGroupResponse.JoinGroupResponseMember
@@ -38,7 +38,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         supports_skip_assignment=v >= 9,
         reason=req.reason if v >= 8 else None,
     )
-    result = await coordinator_for(ctx.broker).join(join)
+    result = await ctx.broker.groups.join(join)
     members = [
         _Member(member_id=m.member_id, group_instance_id=m.instance_id, metadata=m.metadata)
         for m in result.members

@@ -9,7 +9,6 @@ from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
 from tmsgate.protocol import ErrorCode
 
 from ..context import RequestContext
-from ..groups import coordinator_for
 from ..routes import Route
 
 _Member = LeaveGroupResponse.MemberResponse
@@ -20,7 +19,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         leaving = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
         leaving = [(req.member_id, None)]
-    top, codes = await coordinator_for(ctx.broker).leave(req.group_id, leaving)
+    top, codes = await ctx.broker.groups.leave(req.group_id, leaving)
     if ctx.version >= 3:
         members = [
             _Member(member_id=mid, group_instance_id=iid, error_code=code)

@@ -8,7 +8,7 @@ from typing import Any
 from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
 
 from ..context import RequestContext
-from ..groups import GroupError, GroupErrorCode, GroupState, coordinator_for
+from ..groups import GroupError, GroupErrorCode, GroupState
 from ..routes import Route
 
 _Listed = ListGroupsResponse.ListedGroup
@@ -24,7 +24,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             return ctx.response(throttle_time_ms=0, error_code=GroupErrorCode.NONE, groups=[])
     types = set(req.types_filter) if ctx.version >= 5 and req.types_filter else None
     try:
-        listed = await coordinator_for(ctx.broker).list(states, types)
+        listed = await ctx.broker.groups.list(states, types)
     except GroupError as exc:  # loading failed, or shutting down
         return ctx.response(throttle_time_ms=0, error_code=exc.code, groups=[])
     groups = [

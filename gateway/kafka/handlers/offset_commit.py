@@ -10,7 +10,7 @@ from kafka.protocol.consumer import OffsetCommitResponse
 from tmsgate.protocol import ApiKey
 
 from ..context import RequestContext
-from ..groups import OffsetCommit, coordinator_for
+from ..groups import OffsetCommit
 from ..routes import Route
 
 _Topic = OffsetCommitResponse.OffsetCommitResponseTopic
@@ -30,7 +30,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         for t in req.topics
         for p in t.partitions
     ]
-    codes = await coordinator_for(ctx.broker).commit(
+    codes = await ctx.broker.groups.commit(
         req.group_id,
         req.generation_id_or_member_epoch,
         req.member_id,

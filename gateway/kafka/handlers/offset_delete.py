@@ -8,7 +8,7 @@ from typing import Any
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 
 from ..context import RequestContext
-from ..groups import GroupErrorCode, coordinator_for
+from ..groups import GroupErrorCode
 from ..routes import Route
 
 _Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
@@ -17,7 +17,7 @@ _Partition = _Topic.OffsetDeleteResponsePartition
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
-    code, codes = await coordinator_for(ctx.broker).delete_offsets(req.group_id, wanted)
+    code, codes = await ctx.broker.groups.delete_offsets(req.group_id, wanted)
     topics = []
     if code is GroupErrorCode.NONE:
         topics = [

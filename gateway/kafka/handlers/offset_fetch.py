@@ -11,7 +11,7 @@ from kafka.protocol.consumer import OffsetFetchResponse
 from tmsgate.protocol import ApiKey
 
 from ..context import RequestContext
-from ..groups import FetchedOffset, GroupErrorCode, coordinator_for
+from ..groups import FetchedOffset, GroupErrorCode
 from ..routes import Route
 
 _Topic = OffsetFetchResponse.OffsetFetchResponseTopic
@@ -38,7 +38,7 @@ def _partition(cls: Any, p: int, f: FetchedOffset, group_error: GroupErrorCode) 
 
 
 async def _one_group(ctx: RequestContext, group_id: str, topics: Any) -> Any:
-    code, fetched = await coordinator_for(ctx.broker).fetch_offsets(group_id, _wanted(topics))
+    code, fetched = await ctx.broker.groups.fetch_offsets(group_id, _wanted(topics))
     return _Group(
         group_id=group_id,
         topics=[
@@ -55,7 +55,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     if ctx.version >= 8:
         groups = [await _one_group(ctx, g.group_id, g.topics) for g in req.groups]
         return ctx.response(throttle_time_ms=0, groups=groups)
-    code, fetched = await coordinator_for(ctx.broker).fetch_offsets(
+    code, fetched = await ctx.broker.groups.fetch_offsets(
         req.group_id, _wanted(req.topics)
     )
     # v1 has no top-level error: a group error goes on every partition.

@@ -8,7 +8,7 @@ from typing import Any
 from kafka.protocol.consumer import SyncGroupRequest
 
 from ..context import RequestContext
-from ..groups import SyncRequest, coordinator_for
+from ..groups import SyncRequest
 from ..routes import Route
 
 
@@ -23,7 +23,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         protocol_type=req.protocol_type if v >= 5 else None,
         protocol_name=req.protocol_name if v >= 5 else None,
     )
-    result = await coordinator_for(ctx.broker).sync(sync)
+    result = await ctx.broker.groups.sync(sync)
     return ctx.response(
         throttle_time_ms=0,
         error_code=result.error,

@@ -1,0 +1,110 @@
+"""One error vocabulary for every listener: each storage and gateway error maps, in one
+table, to the Kafka error code and to the HTTP status a client gets for it.
+
+The Kafka handlers (``gateway/kafka/errors.py``) and the HTTP app (``gateway/http``) both
+answer through this table, so a full disk or an unknown topic means the same thing to a
+Kafka producer and to an HTTP client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tmsgate.protocol import ErrorCode
+from tmsgate.storage import (
+    DiskFull,
+    InvalidTopicProperties,
+    InvalidTransaction,
+    OffsetOutOfRange,
+    StateConflict,
+    StorageError,
+    StoreClosed,
+    TopicAlreadyExists,
+    TopicNotFound,
+    TransactionNotInProgress,
+)
+
+
+class InvalidConfig(ValueError):
+    """A Kafka config name or value tmsgate cannot honour (INVALID_CONFIG)."""
+
+
+class InvalidTopicName(ValueError):
+    """Not a legal topic or namespace name (Kafka's rules, for Kafka and HTTP alike)."""
+
+
+class BadRequest(ValueError):
+    """A request a listener refuses before it reaches the store (HTTP 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    kafka: ErrorCode
+    http: int
+    name: str  # the HTTP body's "error" field
+
+
+# Most specific first: the first isinstance match wins.
+_TABLE: tuple[tuple[type[BaseException], ErrorKind], ...] = (
+    (TopicNotFound, ErrorKind(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 404, "topic_not_found")),
+    (TopicAlreadyExists, ErrorKind(ErrorCode.TOPIC_ALREADY_EXISTS, 409, "topic_exists")),
+    (InvalidTopicProperties, ErrorKind(ErrorCode.INVALID_CONFIG, 400, "invalid_properties")),
+    # Not in progress: committed, aborted, timed out or unknown (the body says which).
+    (
+        TransactionNotInProgress,
+        ErrorKind(ErrorCode.INVALID_TXN_STATE, 409, "transaction_conflict"),
+    ),
+    (InvalidTransaction, ErrorKind(ErrorCode.INVALID_TXN_STATE, 400, "invalid_transaction")),
+    (OffsetOutOfRange, ErrorKind(ErrorCode.OFFSET_OUT_OF_RANGE, 416, "offset_out_of_range")),
+    # Only idempotent produce raises it: the batch no longer follows what is durable.
+    (StateConflict, ErrorKind(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, 409, "state_conflict")),
+    # A closing store: the client retries (KAFKA_STORAGE_ERROR is retriable) and
+    # reconnects, to this gateway once it is back.
+    (StoreClosed, ErrorKind(ErrorCode.KAFKA_STORAGE_ERROR, 503, "store_closed")),
+    # A full disk: what a Kafka broker answers when its log directory fails (a full disk
+    # included); retriable, so producers wait within delivery.timeout.ms for space. HTTP's
+    # 507 Insufficient Storage says the same.
+    (DiskFull, ErrorKind(ErrorCode.KAFKA_STORAGE_ERROR, 507, "disk_full")),
+    (StorageError, ErrorKind(ErrorCode.KAFKA_STORAGE_ERROR, 500, "storage_error")),
+    (InvalidTopicName, ErrorKind(ErrorCode.INVALID_TOPIC_EXCEPTION, 400, "invalid_name")),
+    (InvalidConfig, ErrorKind(ErrorCode.INVALID_CONFIG, 400, "invalid_config")),
+    (BadRequest, ErrorKind(ErrorCode.INVALID_REQUEST, 400, "bad_request")),
+)
+_UNEXPECTED = ErrorKind(ErrorCode.UNKNOWN_SERVER_ERROR, 500, "internal_error")
+
+
+def error_kind(exc: BaseException) -> ErrorKind:
+    for cls, kind in _TABLE:
+        if isinstance(exc, cls):
+            return kind
+    return _UNEXPECTED
+
+
+@dataclass(frozen=True, slots=True)
+class HttpError:
+    status: int
+    kind: str
+    message: str
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def body(self) -> dict[str, object]:
+        return {"error": self.kind, "message": self.message, **self.extra}
+
+
+def http_error(exc: BaseException) -> HttpError:
+    """The HTTP answer for ``exc``: its status, kind and a message saying what was wrong."""
+    kind = error_kind(exc)
+    message = str(exc) or type(exc).__name__
+    if kind is _UNEXPECTED:
+        return HttpError(500, kind.name, f"internal error: {message}")
+    extra: dict[str, object] = {}
+    if isinstance(exc, TransactionNotInProgress):
+        extra = {"writePointer": exc.write_pointer, "state": exc.state}
+    elif isinstance(exc, DiskFull):
+        extra = {"freeBytes": exc.free_bytes, "needBytes": exc.need_bytes}
+    return HttpError(kind.http, kind.name, message, extra)
+
+
+def is_unexpected(exc: BaseException) -> bool:
+    """Not one of ours: a bug, logged with its traceback."""
+    return error_kind(exc) is _UNEXPECTED

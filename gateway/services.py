@@ -1,0 +1,193 @@
+"""The running services of one tmsgate process, built, started and stopped in one place.
+
+``tmsgate serve`` opens the store once and serves Kafka and HTTP over it on one event
+loop. ``Services`` owns what the listeners share (the store, the I/O executor, the
+metrics registry, the transaction service) and builds the Kafka broker (which owns the
+Kafka-only parts: topic registry, producer states, batch cache, group coordinator) and
+the HTTP server, passing each what it needs. Nothing is found through module globals.
+
+Start order: store -> executor, metrics, transactions -> Kafka broker (publish
+notifier, topic listener, groups loaded) -> Kafka listener -> HTTP listener -> metrics
+endpoint. Stop in reverse: the listeners stop taking requests and finish what they have,
+the group coordinator writes its queued state, then the executor and the store close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import signal
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from prometheus_client import CollectorRegistry
+from tmsgate.storage import Store, open_store
+
+from .kafka.broker import Broker
+from .kafka.config import GatewayConfig
+from .kafka.metrics import Metrics
+from .kafka.server import KafkaServer
+from .transactions import TransactionService
+
+if TYPE_CHECKING:
+    from .http.config import HttpConfig
+    from .http.server import HttpServer
+
+log = logging.getLogger("tmsgate")
+T = TypeVar("T")
+EXPIRY_INTERVAL_S = 1.0  # how soon a timed-out transaction moves to the invalid list
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    store_url: str
+    kafka: GatewayConfig
+    http: HttpConfig | None = None  # None: no HTTP listener
+    metrics_listen: tuple[str, int] | None = None
+
+
+class Services:
+    def __init__(self, store: Store, kafka: GatewayConfig) -> None:
+        self.store = store
+        self.namespace = kafka.namespace  # where Kafka's topics live
+        self.registry = CollectorRegistry()
+        # Bounded: reads from disk queue here instead of piling threads onto LevelDB.
+        self.executor = ThreadPoolExecutor(kafka.io_threads, thread_name_prefix="tmsgate-io")
+        self.transactions = TransactionService(store, self.run, self.registry)
+        self.metrics = Metrics(self.registry)
+        self.metrics.watch_store(store)
+        self.broker = Broker(store, kafka, metrics=self.metrics, executor=self.executor)
+        self.kafka_server = KafkaServer(self.broker)
+        self.http_server: HttpServer | None = None
+        self._expiry: asyncio.Task[None] | None = None
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking store call on the shared I/O executor."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
+
+    @staticmethod
+    async def wait(fut: Future[T]) -> T:
+        """Await a store future (publish_async) from the event loop."""
+        return await asyncio.wrap_future(fut)
+
+    @property
+    def closing(self) -> bool:
+        return self.broker.closing
+
+    # --- life cycle ------------------------------------------------------------------------
+    async def start(self, config: ServeConfig) -> None:
+        loop = asyncio.get_running_loop()
+        self.broker.attach(loop)
+        await self.broker.groups.ready()  # restored members must expire on time
+        await self.kafka_server.start()
+        if config.http is not None:
+            from .http.server import HttpServer  # Starlette and uvicorn only when serving HTTP
+
+            self.http_server = HttpServer(self, config.http)
+            await self.http_server.start()
+        if config.metrics_listen is not None:
+            self.metrics.serve(*config.metrics_listen)
+            log.info("metrics on http://%s:%d/metrics", *config.metrics_listen)
+        self._expiry = loop.create_task(self._expire_transactions())
+
+    async def stop(self, grace_s: float) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        if self.http_server is not None:
+            await self.http_server.stop()
+        await self.kafka_server.stop(grace_s)
+        await self.broker.groups.close()  # flush queued group state before the store closes
+
+    def close(self) -> None:
+        """After stop() (or a failed start): release threads, then close the store."""
+        self.broker.close()
+        self.executor.shutdown(wait=True)
+        self.store.close()  # flushes and syncs the store
+
+    async def _expire_transactions(self) -> None:
+        # Timed-out transactions join the invalid list within a second, so their state
+        # reads "invalid" and read_committed consumers stop waiting for them.
+        while True:
+            await asyncio.sleep(EXPIRY_INTERVAL_S)
+            try:
+                expired = await self.run(self.store.transactions.expire)
+            except Exception as exc:  # a full disk, a closing store: try again later
+                log.warning("expiring transactions failed: %s", exc)
+                continue
+            if expired:
+                log.info("%d transactions timed out: %s", len(expired), expired[:10])
+
+
+async def serve(
+    config: ServeConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[Services], Any] | None = None,
+    handle_signals: bool = True,
+) -> None:
+    """Serve Kafka (and HTTP) clients until SIGTERM/SIGINT (or ``stop`` is set)."""
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    kafka = config.kafka
+    janitor = kafka.janitor_interval_s if kafka.janitor_interval_s > 0 else None
+    store = await loop.run_in_executor(
+        None,
+        functools.partial(
+            open_store,
+            config.store_url,
+            janitor_interval_s=janitor,
+            disk_reserve_bytes=kafka.disk_reserve_bytes,
+        ),
+    )
+    try:
+        services = Services(store, kafka)
+    except BaseException:
+        store.close()
+        raise
+    try:
+        await services.start(config)
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+        _log_ready(services, config)
+        if on_ready is not None:
+            on_ready(services)
+        await stop.wait()
+        log.info(
+            "shutting down: no new connections; finishing %d open connections",
+            services.kafka_server.connection_count,
+        )
+        await services.stop(kafka.shutdown_grace_s)
+    finally:
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        await loop.run_in_executor(None, services.close)
+        log.info("store closed; gateway stopped")
+
+
+def _log_ready(services: Services, config: ServeConfig) -> None:
+    broker = services.broker
+    host, port = services.kafka_server.address
+    http = services.http_server
+    log.info(
+        "tmsgate Kafka gateway listening on %s:%d (advertised %s:%d)%s, store %s, "
+        "namespace %r, auto-create topics %s%s",
+        host,
+        port,
+        broker.advertised_host,
+        broker.advertised_port,
+        "; HTTP API on http://{}:{}".format(*http.address) if http is not None else "",
+        config.store_url,
+        config.kafka.namespace,
+        "on" if config.kafka.auto_create_topics else "off",
+        # Started on a full disk (the store logged why when it opened): served anyway,
+        # so that consumers go on and topics can be deleted to free space.
+        "; DISK FULL: writes are refused until space is free, reads and deletes are served"
+        if services.store.writes_refused
+        else "",
+    )
