@@ -161,6 +161,7 @@ def self_started_gateway(report: dict[str, object]) -> Iterator[str]:
             f"leveldb://{workdir}/store",
             "--kafka-listen",
             f"127.0.0.1:{port}",
+            "--no-http",
             "--log-level",
             "WARNING",
         ]

@@ -147,6 +147,7 @@ def main() -> None:
             f"leveldb://{workdir}/store",
             "--kafka-listen",
             f"127.0.0.1:{port}",
+            "--no-http",
             "--log-level",
             "WARNING",
         ]

@@ -102,6 +102,7 @@ class Gateway:
             self.store_url,
             "--kafka-listen",
             self.bootstrap,
+            "--no-http",  # the compat suite speaks Kafka only (HTTP binds a fixed port)
         ]
         cmd += shlex.split(os.environ.get("TMSGATE_COMPAT_GATEWAY_ARGS", ""))
         return cmd + self.extra_args

@@ -2,12 +2,14 @@
 for every listener (the HTTP API today, Kafka transactions next).
 
 Starting, committing and aborting each write the manager's state durably (an fsync,
-shared with concurrent writers), so they run on the I/O executor; queries answer from
-memory. Non-transactional publishing and polling never go through here.
+shared with concurrent writers); they are awaited as the store's futures, without a thread
+per call. Queries answer from memory. Non-transactional publishing and polling never go
+through here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -60,7 +62,7 @@ class TransactionService:
         timeout = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
         if not 0 < timeout <= MAX_TIMEOUT_S:
             raise ValueError(f"timeout must be between 0 and {MAX_TIMEOUT_S:g} seconds")
-        tx = await self._run(self._manager.start, timeout)
+        tx = await asyncio.wrap_future(self._manager.start_async(timeout))
         self._ended.labels("started").inc()
         return tx
 
@@ -69,11 +71,11 @@ class TransactionService:
         return self._manager.snapshot()
 
     async def commit(self, wp: int) -> None:
-        await self._run(self._manager.commit, wp)
+        await asyncio.wrap_future(self._manager.commit_async(wp))
         self._ended.labels("committed").inc()
 
     async def abort(self, wp: int) -> None:
-        await self._run(self._manager.abort, wp)
+        await asyncio.wrap_future(self._manager.abort_async(wp))
         self._ended.labels("aborted").inc()
 
     async def invalidate(self, wp: int) -> None:

@@ -14,11 +14,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .backend import Backend, Mutation
 from .errors import TransactionNotInProgress
 from .keys import TX, U64, prefix_end
 
+T = TypeVar("T")
 # Tephra: write pointers are milliseconds times a million, so they carry their start time.
 TX_PER_MS = 1_000_000
 _LAST_WP = TX + b"w"
@@ -98,8 +100,15 @@ class TransactionManager:
             }
 
     # --- transitions ----------------------------------------------------------------------
+    # Each has a blocking form and an ``_async`` one returning a Future that resolves once
+    # the transition is durable: the HTTP service awaits those from the event loop without
+    # holding a thread per call (the follow-up runs on the writer thread).
     def start(self, timeout_s: float = 30.0) -> Transaction:
         self.expire()
+        return self.start_async(timeout_s).result()
+
+    def start_async(self, timeout_s: float = 30.0) -> Future[Transaction]:
+        """Like start(), without expiring others first (commit checks its own timeout)."""
         with self._lock:
             now = self._clock()
             wp = max(self._last_wp + 1, now * TX_PER_MS)
@@ -112,10 +121,12 @@ class TransactionManager:
             done = self._persist(
                 [(_LAST_WP, U64.pack(wp)), (_IN_PROGRESS + U64.pack(wp), U64.pack(expiry))]
             )
-        done.result()
-        return tx
+        return _then(done, lambda: tx)
 
     def commit(self, tx: Transaction | int) -> None:
+        self.commit_async(tx).result()
+
+    def commit_async(self, tx: Transaction | int) -> Future[None]:
         wp = _wp(tx)
         with self._lock:
             if wp not in self._in_progress or wp in self._committing:
@@ -123,27 +134,33 @@ class TransactionManager:
             if self._in_progress[wp] < self._clock():
                 # Timed out, whether or not expire() has run since: too late to commit.
                 timed_out = self._invalidate_locked(wp)
-            else:
-                timed_out = None
-                self._committing.add(wp)
-                done = self._persist([(_IN_PROGRESS + U64.pack(wp), None)])
-        if timed_out is not None:
-            timed_out.result()
-            self._finished(wp)
-            raise TransactionNotInProgress(wp, INVALID)
-        try:
-            done.result()
-        finally:
+                return _then(timed_out, lambda: self._timed_out(wp))
+            self._committing.add(wp)
+            done = self._persist([(_IN_PROGRESS + U64.pack(wp), None)])
+
+        def committed() -> None:
+            # Visible as committed only now that the commit is on disk: a snapshot taken
+            # while the fsync ran still saw it in progress.
             with self._lock:
                 self._committing.discard(wp)
-        # Visible as committed only now that the commit is on disk: a snapshot taken
-        # while the fsync ran still saw it in progress.
-        with self._lock:
-            self._in_progress.pop(wp, None)
-            self._remember(wp, COMMITTED)
+                self._in_progress.pop(wp, None)
+                self._remember(wp, COMMITTED)
+            self._finished(wp)
+
+        def failed() -> None:
+            with self._lock:
+                self._committing.discard(wp)
+
+        return _then(done, committed, failed)
+
+    def _timed_out(self, wp: int) -> None:
         self._finished(wp)
+        raise TransactionNotInProgress(wp, INVALID)
 
     def abort(self, tx: Transaction | int) -> None:
+        self.abort_async(tx).result()
+
+    def abort_async(self, tx: Transaction | int) -> Future[None]:
         """End a transaction without committing. Its entries stay invisible to transactional
         readers for good: the write pointer joins the invalid list (whether or not the client
         rolled its messages back), because an entry whose pointer is neither in progress nor
@@ -154,8 +171,7 @@ class TransactionManager:
                 raise TransactionNotInProgress(wp, self._state_locked(wp))
             done = self._invalidate_locked(wp)
             self._remember(wp, ABORTED)
-        done.result()
-        self._finished(wp)
+        return _then(done, lambda: self._finished(wp))
 
     def invalidate(self, write_pointer: int) -> bool:
         """Move an in-progress transaction to the invalid list; False (and nothing changes)
@@ -233,6 +249,31 @@ class TransactionManager:
     def invalid(self) -> list[int]:
         with self._lock:
             return sorted(self._invalid)
+
+
+def _then(
+    done: Future[object],
+    after: Callable[[], T],
+    failed: Callable[[], None] | None = None,
+) -> Future[T]:
+    """A future for ``after()``'s result once ``done`` succeeded (``done``'s exception,
+    after ``failed()``, otherwise). ``after`` may raise: its exception is the result."""
+    out: Future[T] = Future()
+
+    def finish(d: Future[object]) -> None:
+        exc = d.exception()
+        try:
+            if exc is not None:
+                if failed is not None:
+                    failed()
+                out.set_exception(exc)
+                return
+            out.set_result(after())
+        except BaseException as err:  # after() refused (a timed-out commit)
+            out.set_exception(err)
+
+    done.add_done_callback(finish)
+    return out
 
 
 def _wp(tx: Transaction | int) -> int:

@@ -7,6 +7,7 @@ Both listen on a real socket over a LevelDB store on disk, so the clients under 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -81,8 +82,10 @@ class GatewayThread:
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+        """Stop the gateway and wait for it; again is a no-op."""
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: stopped
+                self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
 
     def call(self, fn: Any, *args: Any) -> Any:
@@ -140,6 +143,7 @@ class GatewayProcess:
         env: dict[str, str] | None = None,
     ) -> None:
         self.port = port or free_port()
+        self.http_port = free_port()
         self.store_dir = store_dir
         self.args = [
             str(VENV_BIN / "tmsgate"),
@@ -148,6 +152,8 @@ class GatewayProcess:
             f"leveldb://{store_dir}",
             "--kafka-listen",
             f"127.0.0.1:{self.port}",
+            "--http-listen",
+            f"127.0.0.1:{self.http_port}",
             *extra,
         ]
         self.env = {**os.environ, **(env or {})}
@@ -156,6 +162,10 @@ class GatewayProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
 
     def start(self, args: list[str] | None = None) -> GatewayProcess:
         self.proc = subprocess.Popen(
@@ -171,6 +181,9 @@ class GatewayProcess:
                 raise RuntimeError(f"gateway exited: {self.proc.stdout.read()}")  # type: ignore[union-attr]
             try:
                 socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                # HTTP starts last, unless turned off.
+                if "--no-http" not in (args or self.args):
+                    socket.create_connection(("127.0.0.1", self.http_port), 0.2).close()
                 return self
             except OSError:
                 time.sleep(0.05)

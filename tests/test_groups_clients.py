@@ -57,6 +57,7 @@ class Gateway:
             self.store_url,
             "--kafka-listen",
             self.bootstrap,
+            "--no-http",
         ]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(

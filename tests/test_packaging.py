@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"storage", "protocol", "gateway", "pipelines"}
+FOLDERS = {"storage", "protocol", "gateway", "pipelines", "client"}
 
 
 def test_wheel_contains_every_subpackage_under_tmsgate(tmp_path: Path) -> None:

@@ -193,6 +193,7 @@ class FaultGateway:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / "gateway.log"
         self.port = port or free_port()
+        self.http_port = free_port()  # fixed too: a restart serves HTTP where it did
         self.extra_args = list(extra_args)
         self.extra_env = dict(env or {})
         self.proc: subprocess.Popen | None = None
@@ -203,6 +204,10 @@ class FaultGateway:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
 
     @property
     def pid(self) -> int | None:
@@ -216,6 +221,8 @@ class FaultGateway:
             f"leveldb://{self.store_dir}",
             "--kafka-listen",
             self.bootstrap,
+            "--http-listen",
+            f"127.0.0.1:{self.http_port}",
             *shlex.split(os.environ.get("TMSGATE_FAULTS_GATEWAY_ARGS", "")),
             *self.extra_args,
         ]
@@ -251,7 +258,7 @@ class FaultGateway:
                     f"tmsgate exited with {rc} before listening on {self.bootstrap}\n"
                     f"{self.log_tail(60)}"
                 )
-            if port_open(self.port):
+            if port_open(self.port) and port_open(self.http_port):  # HTTP starts last
                 return self
             time.sleep(0.05)
         self.kill9()

@@ -1,0 +1,139 @@
+"""One exception hierarchy, built from the server's JSON error body.
+
+Every error the server answers is ``{"error": kind, "message": ...}`` plus extra fields
+(``state`` and ``writePointer`` for transaction conflicts). The class is chosen from the
+status and the body, refined by what the call was about (a 404 from a topic endpoint is a
+TopicNotFound, a 409 from topic creation a TopicExists), so it does not depend on the
+exact kind strings the server uses.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class TmsError(Exception):
+    """Any failure of a TMS call. ``status`` is the HTTP status (None: no answer)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        kind: str | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+        self.body = body or {}
+
+    def __str__(self) -> str:
+        where = f"HTTP {self.status}" if self.status is not None else "no response"
+        detail = f"{where}, {self.kind}" if self.kind else where
+        return f"{self.message} ({detail})"
+
+
+class TmsConnectionError(TmsError):
+    """The request may not have reached the server, or its answer was lost."""
+
+
+class BadRequest(TmsError):
+    """400: the request was refused as malformed (bad name, ttl, body...)."""
+
+
+class NotFound(TmsError):
+    """404."""
+
+
+class TopicNotFound(NotFound):
+    pass
+
+
+class Conflict(TmsError):
+    """409."""
+
+
+class TopicExists(Conflict):
+    pass
+
+
+class TransactionConflict(Conflict):
+    """409 from a transactional call: the write pointer is not an in-progress transaction.
+
+    ``state`` is its current state as the server reported it (e.g. "committed",
+    "invalid", "unknown")."""
+
+    @property
+    def state(self) -> str | None:
+        value = self.body.get("state")
+        return None if value is None else str(value)
+
+    @property
+    def write_pointer(self) -> int | None:
+        value = self.body.get("writePointer")
+        return None if value is None else int(value)
+
+
+class PayloadTooLarge(TmsError):
+    """413: the body exceeds the server's limit."""
+
+
+class UnsupportedMediaType(TmsError):
+    """415."""
+
+
+class ServerError(TmsError):
+    """5xx."""
+
+
+class ServiceUnavailable(ServerError):
+    """503: e.g. the store is not writable (disk full)."""
+
+
+class TransactionInDoubt(TmsError):
+    """The commit was sent but its outcome could not be learned; resolve it later by
+    ``TransactionClient.state(write_pointer)`` (see the atomic notification example)."""
+
+    def __init__(self, message: str, write_pointer: int) -> None:
+        super().__init__(message)
+        self.write_pointer = write_pointer
+
+
+_BY_STATUS: dict[int, type[TmsError]] = {
+    400: BadRequest,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    415: UnsupportedMediaType,
+    503: ServiceUnavailable,
+}
+
+
+def error_from_response(
+    status: int,
+    content: bytes,
+    *,
+    not_found: type[TmsError] = NotFound,
+    conflict: type[TmsError] = Conflict,
+) -> TmsError:
+    body = _json_object(content)
+    kind = body.get("error")
+    message = str(body.get("message") or content[:200].decode("utf-8", "replace") or status)
+    cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else TmsError)
+    if status == 404:
+        cls = not_found
+    elif status == 409:
+        # A state field means the write pointer was the problem, whatever the endpoint.
+        cls = TransactionConflict if "state" in body else conflict
+    return cls(message, status=status, kind=None if kind is None else str(kind), body=body)
+
+
+def _json_object(content: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,16 @@
+"""Settings of the HTTP listener (``tmsgate serve --http-listen ...``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080  # 0: any free port (tests); HttpServer.address says which
+    max_body_bytes: int = 64 << 20  # larger request bodies get 413 (--http-max-body-mb)
+    max_poll: int = 10_000  # a poll's limit is capped here (--http-max-poll)
+    # On stop: requests in flight get this long to finish before their tasks are cancelled.
+    shutdown_grace_s: float = 10.0
+    keep_alive_s: int = 30  # idle keep-alive connections are closed after this long

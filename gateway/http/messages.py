@@ -1,0 +1,122 @@
+"""Publishing and consuming: publish, store, rollback and poll (the seed's REST API).
+
+Bodies are Avro binary or Avro JSON by Content-Type, and answers use the request's. A
+publish goes straight to the topic's writer (``publish_async``: no executor hop, the
+event loop awaits the writer's future), so concurrent requests share its fsyncs; reads
+and rollbacks, which touch the backend on the caller's thread, run on the I/O executor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response
+from tmsgate.gateway.errors import BadRequest
+from tmsgate.protocol.tms_http import AVRO, PublishResponse
+from tmsgate.storage import MessageId, RollbackDetail, Transaction
+
+from .config import HttpConfig
+from .errors import body_codec, json_response, read_body, topic_id
+
+if TYPE_CHECKING:
+    from tmsgate.gateway.services import Services
+
+BASE = "/v1/namespaces/{namespace}/topics/{topic}"
+DEFAULT_POLL_LIMIT = 100  # the seed: a poll without a limit
+_MAX_SEQ = 0xFFFF  # sequence ids are 16 bits in the row key
+
+
+class MessageHandlers:
+    ROUTES = (
+        ("POST", BASE + "/publish", "publish"),
+        ("POST", BASE + "/store", "store"),
+        ("POST", BASE + "/rollback", "rollback"),
+        ("POST", BASE + "/poll", "poll"),
+    )
+
+    def __init__(self, services: Services, config: HttpConfig) -> None:
+        self.services = services
+        self._store = services.store
+        self.max_body = config.max_body_bytes
+        self.max_poll = max(1, config.max_poll)
+
+    async def publish(self, request: Request) -> Response:
+        codec = body_codec(request)
+        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        req = codec.decode_publish_request(await read_body(request, self.max_body))
+        wp = req.write_pointer
+        if wp is None and not req.messages:
+            raise BadRequest("messages is empty and there is no transactionWritePointer")
+        result = await self.services.wait(self._store.publish_async(tid, req.messages, wp))
+        if wp is None:
+            return Response(status_code=200)
+        # No rows when nothing was stored for the pointer: a rollback of this is a no-op.
+        rb = result.rollback or RollbackDetail(wp, 0, 0, 0, 0)
+        resp = PublishResponse(wp, rb.start_ts, rb.start_seq, rb.end_ts, rb.end_seq)
+        return Response(codec.encode_publish_response(resp), media_type=codec.content_type)
+
+    async def store(self, request: Request) -> Response:
+        codec = body_codec(request)
+        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        req = codec.decode_publish_request(await read_body(request, self.max_body))
+        if req.write_pointer is None:
+            raise BadRequest("store needs a transactionWritePointer")
+        if not req.messages:
+            raise BadRequest("store needs at least one message")
+        await self.services.wait(self._store.store_async(tid, req.messages, req.write_pointer))
+        return Response(status_code=200)
+
+    async def rollback(self, request: Request) -> Response:
+        codec = body_codec(request)
+        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        resp = codec.decode_publish_response(await read_body(request, self.max_body))
+        detail = _rollback_detail(resp)
+        count = await self.services.run(self._store.rollback, tid, detail)
+        if codec is AVRO:
+            return Response(status_code=200)
+        return json_response({"rolledBack": count})
+
+    async def poll(self, request: Request) -> Response:
+        codec = body_codec(request)
+        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        req = codec.decode_consume_request(await read_body(request, self.max_body))
+        start = req.start_from
+        if isinstance(start, bytes) and len(start) != MessageId.SIZE:
+            raise BadRequest(f"startFrom: a message id has 20 bytes, got {len(start)}")
+        limit = DEFAULT_POLL_LIMIT if req.limit is None else req.limit
+        if limit < 1:
+            raise BadRequest(f"limit: expected at least 1, got {limit}")
+        tx = self._transaction(req.transaction)
+        messages = await self.services.run(
+            self._store.poll, tid, start, req.inclusive, min(limit, self.max_poll), tx
+        )
+        # A Kafka record with a null value (a tombstone) has no payload: it reads as empty.
+        body = codec.encode_messages((m.id, m.payload or b"") for m in messages)
+        return Response(body, media_type=codec.content_type)
+
+    def _transaction(self, raw: bytes | None) -> Transaction | None:
+        if raw is None:
+            return None
+        try:
+            return self.services.transactions.decode(raw)
+        except ValueError as exc:
+            raise BadRequest(f"transaction: not an encoded transaction ({exc})") from None
+
+
+def _rollback_detail(resp: PublishResponse) -> RollbackDetail:
+    """The rows a publish answered with; refused before the store if they cannot be rows."""
+    if resp.write_pointer is None:
+        raise BadRequest("rollback needs a transactionWritePointer")
+    for name, ts, seq in (
+        ("start", resp.start_ts, resp.start_seq),
+        ("end", resp.end_ts, resp.end_seq),
+    ):
+        if ts < 0 or not 0 <= seq <= _MAX_SEQ:
+            raise BadRequest(
+                f"{name}Timestamp {ts} / {name}SequenceId {seq} is not a message position "
+                f"(timestamp >= 0, sequence id 0-{_MAX_SEQ})"
+            )
+    return RollbackDetail(
+        resp.write_pointer, resp.start_ts, resp.start_seq, resp.end_ts, resp.end_seq
+    )

@@ -1,0 +1,83 @@
+"""Topic administration: create, update, describe, list and delete (the seed's REST API).
+
+Topics in the Kafka namespace are Kafka's topics too: the Kafka side learns of changes
+made here through the store's topic listener.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from tmsgate.gateway.errors import BadRequest
+from tmsgate.storage import TopicMetadata
+
+from .config import HttpConfig
+from .errors import check_namespace, json_response, read_json_object, topic_id
+
+if TYPE_CHECKING:
+    from tmsgate.gateway.services import Services
+
+BASE = "/v1/namespaces/{namespace}/topics"
+# A topic's properties are a few short strings: no need for the 64 MiB message limit.
+_MAX_PROPERTIES_BYTES = 1 << 20
+
+
+def topic_json(md: TopicMetadata) -> dict[str, Any]:
+    return {"name": md.topic.topic, "properties": dict(md.properties)}
+
+
+def properties_of(doc: dict[str, Any]) -> dict[str, str]:
+    """Property values are strings; numbers are accepted and turned into strings."""
+    props = {}
+    for name, value in doc.items():
+        if isinstance(value, str):
+            props[name] = value
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            props[name] = str(value)
+        else:
+            kind = "null" if value is None else type(value).__name__
+            raise BadRequest(f"property {name!r}: expected a string or a number, got {kind}")
+    return props
+
+
+class TopicHandlers:
+    ROUTES = (
+        ("GET", BASE, "list_topics"),
+        ("PUT", BASE + "/{topic}", "create_topic"),
+        ("GET", BASE + "/{topic}", "get_topic"),
+        ("DELETE", BASE + "/{topic}", "delete_topic"),
+        ("PUT", BASE + "/{topic}/properties", "update_topic"),
+    )
+
+    def __init__(self, services: Services, config: HttpConfig) -> None:
+        self.services = services
+        self.store = services.store
+
+    async def list_topics(self, request: Request) -> Response:
+        namespace = check_namespace(request.path_params["namespace"])
+        topics = await self.services.run(self.store.list_topics, namespace)
+        return json_response(sorted(t.topic for t in topics))
+
+    async def create_topic(self, request: Request) -> Response:
+        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        doc = await read_json_object(request, _MAX_PROPERTIES_BYTES, required=False)
+        md = await self.services.run(self.store.create_topic, tid, properties_of(doc))
+        return json_response(topic_json(md))
+
+    async def get_topic(self, request: Request) -> Response:
+        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        return json_response(topic_json(await self.services.run(self.store.get_topic, tid)))
+
+    async def delete_topic(self, request: Request) -> Response:
+        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        await self.services.run(self.store.delete_topic, tid)
+        return Response(status_code=200)
+
+    async def update_topic(self, request: Request) -> Response:
+        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        # Required: an empty body would otherwise wipe every property by accident.
+        doc = await read_json_object(request, _MAX_PROPERTIES_BYTES, required=True)
+        md = await self.services.run(self.store.update_topic, tid, properties_of(doc))
+        return json_response(topic_json(md))
