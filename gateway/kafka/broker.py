@@ -35,7 +35,7 @@ from .topics import TopicRegistry
 T = TypeVar("T")
 # The event loop time a paced loop may take before letting other work run, shared by all
 # paced loops running at once: other clients wait at most about this long per turn.
-LOOP_SLICE_S = 0.002
+LOOP_SLICE_S = 0.001
 # While heavy work (compute, paced loops) keeps one thread busy, the others (event loop,
 # store writer) must win the GIL back soon after each system call they make: at Python's
 # default switch interval (5 ms) each of the dozen hand-overs that answering a produce

@@ -6,8 +6,11 @@ request was decoded, handled and its answer encoded on the event loop every clie
 
 A confluent-kafka producer (acks=all, linger.ms=0) produces at a steady rate while raw
 connections send one huge request after another (Metadata naming 500,000 topics, then
-DescribeConfigs, ListOffsets, OffsetFetch and Fetch requests naming tens of thousands of
-items). The producer's p50/p99/max acknowledgement latency and the counts are reported (see
+ListOffsets, OffsetFetch, Fetch, OffsetCommit, CreateTopics, DeleteTopics, Produce,
+IncrementalAlterConfigs, DescribeGroups, DeleteGroups, OffsetDelete and DescribeConfigs
+requests naming tens of thousands of items; all but the last are answered without a
+store call per item, so each within a second or two). The
+producer's p50/p99/max acknowledgement latency and the counts are reported (see
 bench/loop_stall_bench.py for the comparison without huge requests; no assertion is on
 time). Asserted: the producer never failed, and every acknowledged message is stored, at
 its acknowledged offset, with its value.
@@ -44,13 +47,6 @@ def huge_requests(topic: str) -> list[bytes]:
     f_part = FetchRequest.FetchTopic.FetchPartition
     requests: list[tuple[Any, int]] = [
         (MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="")] * 500_000), 1),
-        (
-            DescribeConfigsRequest(
-                resources=[res(resource_type=2, resource_name=n) for n in names],
-                include_synonyms=False,
-            ),
-            1,
-        ),
         (
             ListOffsetsRequest(
                 replica_id=-1,
@@ -95,12 +91,131 @@ def huge_requests(topic: str) -> list[bytes]:
             ),
             4,
         ),
+        *more_huge_requests(topic),
+        # Last: its 100,000 unknown topics are each looked up in the store (the slowest).
+        (
+            DescribeConfigsRequest(
+                resources=[res(resource_type=2, resource_name=n) for n in names],
+                include_synonyms=False,
+            ),
+            1,
+        ),
     ]
     frames = []
     for i, (req, version) in enumerate(requests):
         req.with_header(correlation_id=i, client_id="loop-stall")
         frames.append(bytes(req.encode(version=version, header=True, framed=True)))
     return frames
+
+
+def more_huge_requests(topic: str) -> list[tuple[Any, int]]:
+    """The other APIs whose handlers walk a client's list. Invalid topic names, unknown
+    groups and partitions other than 0 are refused without a store read or write, so the
+    test's topic and the store are left as they were."""
+    from kafka.protocol.admin import (
+        CreateTopicsRequest,
+        DeleteGroupsRequest,
+        DeleteTopicsRequest,
+        DescribeGroupsRequest,
+        IncrementalAlterConfigsRequest,
+    )
+    from kafka.protocol.consumer import OffsetCommitRequest, OffsetDeleteRequest
+    from kafka.protocol.producer import ProduceRequest
+
+    bad = [f"bad name {i:06d}" for i in range(50_000)]
+    groups = [f"g{i:06d}" for i in range(100_000)]
+    commit = OffsetCommitRequest.OffsetCommitRequestTopic
+    create = CreateTopicsRequest.CreatableTopic
+    produce = ProduceRequest.TopicProduceData
+    alter = IncrementalAlterConfigsRequest.AlterConfigsResource
+    delete = OffsetDeleteRequest.OffsetDeleteRequestTopic
+    return [
+        (
+            OffsetCommitRequest(
+                group_id="loop-stall",
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                topics=[
+                    commit(
+                        name=n,
+                        partitions=[
+                            commit.OffsetCommitRequestPartition(
+                                partition_index=0, committed_offset=0, committed_metadata=""
+                            )
+                        ],
+                    )
+                    for n in bad
+                ],
+            ),
+            2,
+        ),
+        (
+            CreateTopicsRequest(
+                topics=[
+                    create(
+                        name=n, num_partitions=1, replication_factor=1, assignments=[], configs=[]
+                    )
+                    for n in bad
+                ],
+                timeout_ms=5000,
+                validate_only=True,
+            ),
+            2,
+        ),
+        (DeleteTopicsRequest(topic_names=bad, timeout_ms=5000), 1),
+        (
+            ProduceRequest(
+                transactional_id=None,
+                acks=1,
+                timeout_ms=5000,
+                topic_data=[
+                    produce(
+                        name=topic,
+                        partition_data=[
+                            produce.PartitionProduceData(index=i, records=None)
+                            for i in range(1, 100_000)
+                        ],
+                    )
+                ],
+            ),
+            7,
+        ),
+        (
+            IncrementalAlterConfigsRequest(
+                resources=[
+                    alter(
+                        resource_type=2,
+                        resource_name=n,
+                        configs=[
+                            alter.AlterableConfig(
+                                name="retention.ms", config_operation=0, value="60000"
+                            )
+                        ],
+                    )
+                    for n in bad[:25_000]
+                ],
+                validate_only=True,
+            ),
+            0,
+        ),
+        (DescribeGroupsRequest(groups=groups), 0),
+        (DeleteGroupsRequest(groups_names=groups), 0),
+        (
+            OffsetDeleteRequest(
+                group_id="loop-stall",
+                topics=[
+                    delete(
+                        name=topic,
+                        partitions=[
+                            delete.OffsetDeleteRequestPartition(partition_index=i)
+                            for i in range(200_000)
+                        ],
+                    )
+                ],
+            ),
+            0,
+        ),
+    ]
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -114,7 +229,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 class Attacker(threading.Thread):
-    """Sends the huge requests round-robin on one connection, each after the last answer."""
+    """Sends its huge requests round-robin on one connection, each after the last answer."""
 
     def __init__(self, port: int, frames: list[bytes], first: int, stop: threading.Event):
         super().__init__(daemon=True)
@@ -166,7 +281,8 @@ def test_huge_requests_beside_an_acks_all_producer(
 
     frames = huge_requests(topic)
     stop = threading.Event()
-    attackers = [Attacker(gw.port, frames, i * 2, stop) for i in range(ATTACKERS)]
+    # Each attacker its share, so that between them every kind is sent within SECONDS.
+    attackers = [Attacker(gw.port, frames[i::ATTACKERS], 0, stop) for i in range(ATTACKERS)]
     for a in attackers:
         a.start()
     time.sleep(0.2)  # the first huge requests are in before measuring

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -90,6 +91,8 @@ class GroupCoordinator:
         self.offsets = Offsets(broker, self.writer, config.offset_metadata_max_bytes)
         self._loading: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
+        # group id -> (the lock ordering its commits, commits holding or awaiting it)
+        self._commit_turns: dict[str, tuple[asyncio.Lock, int]] = {}
         self.closed = False
 
     @property
@@ -254,13 +257,17 @@ class GroupCoordinator:
         try:
             await self.ready()
         except GroupError as exc:
-            return exc.code, [exc.code for _ in leaving]
+            return exc.code, [exc.code] * len(leaving)
         if not group_id:
-            return E.INVALID_GROUP_ID, [E.INVALID_GROUP_ID for _ in leaving]
+            return E.INVALID_GROUP_ID, [E.INVALID_GROUP_ID] * len(leaving)
         group = self.groups.get(group_id)
         if group is None:
-            return E.NONE, [E.UNKNOWN_MEMBER_ID for _ in leaving]
-        return E.NONE, [self._leave_one(group, mid, iid) for mid, iid in leaving]
+            return E.NONE, [E.UNKNOWN_MEMBER_ID] * len(leaving)
+        # Paced: the members leaving are what the client sent. Each leaves on its own
+        # (the group may rebalance between two), as when they leave one request each.
+        return E.NONE, [
+            self._leave_one(group, mid, iid) async for mid, iid in self.broker.paced(leaving)
+        ]
 
     def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> GroupErrorCode:
         if not member_id:  # KIP-345: a static member leaves by instance id
@@ -291,35 +298,66 @@ class GroupCoordinator:
         items: list[OffsetCommit],
     ) -> dict[TopicPartition, GroupErrorCode]:
         """OffsetCommit: per-partition error codes (NONE once fsynced)."""
+        # The loops over ``items`` (what the client sent) are paced; see Broker.paced.
+        paced = self.broker.paced
         try:
             await self.ready()
         except GroupError as exc:
-            return {(i.topic, i.partition): exc.code for i in items}
-        topics = await self.offsets.topics(i.topic for i in items)
-        errors = self.offsets.check(items, topics)
-        for (t, p), code in errors.items():
-            log.info("OffsetCommit group=%r %s-%d: %s", group_id, t, p, code.name)
-        accepted = [i for i in items if (i.topic, i.partition) not in errors]
-        if accepted:
-            code, why = self._may_commit(group_id, generation, member_id, instance_id)
-            if code is not E.NONE:
-                log.info(
-                    "OffsetCommit group=%r member=%s generation=%d: %s: %s",
-                    group_id,
-                    member_id or "-",
-                    generation,
-                    code.name,
-                    why,
-                )
+            return {(i.topic, i.partition): exc.code async for i in paced(items)}
+        code = E.NONE
+        written: asyncio.Future[None] | None = None
+        async with self._commit_turn(group_id):
+            topics = await self.offsets.topics(i.topic for i in items)
+            errors = await self.offsets.check(items, topics)
+            async for (t, p), error in paced(errors.items()):
+                log.info("OffsetCommit group=%r %s-%d: %s", group_id, t, p, error.name)
+            accepted = [i async for i in paced(items) if (i.topic, i.partition) not in errors]
+            if accepted:
+                prepared = await self.offsets.prepare(group_id, accepted, topics)
+                # No await from asking the group to queueing the write: a rebalance must
+                # not come between them.
+                code, why = self._may_commit(group_id, generation, member_id, instance_id)
+                if code is not E.NONE:
+                    log.info(
+                        "OffsetCommit group=%r member=%s generation=%d: %s: %s",
+                        group_id,
+                        member_id or "-",
+                        generation,
+                        code.name,
+                        why,
+                    )
+                else:
+                    written = self.offsets.store(prepared)
+        if written is not None:
+            try:
+                await asyncio.shield(written)
+            except Exception as exc:
+                log.error("OffsetCommit group=%r: storing offsets failed: %s", group_id, exc)
+                code = E.COORDINATOR_NOT_AVAILABLE
+        async for i in paced(accepted):
+            errors[(i.topic, i.partition)] = code
+        return {
+            (i.topic, i.partition): errors.get((i.topic, i.partition), E.NONE)
+            async for i in paced(items)
+        }
+
+    @contextlib.asynccontextmanager
+    async def _commit_turn(self, group_id: str) -> AsyncIterator[None]:
+        """Commits to one group queue their writes in the order they arrived, so that the
+        later commit of a partition wins: their paced loops give the event loop back, and
+        a commit that started later could otherwise overtake one naming more partitions.
+        The fsync is awaited after the turn, so concurrent commits still share it."""
+        lock, users = self._commit_turns.get(group_id, (asyncio.Lock(), 0))
+        self._commit_turns[group_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._commit_turns[group_id]
+            if users == 1:
+                del self._commit_turns[group_id]
             else:
-                try:
-                    await self.offsets.store(group_id, accepted, topics)
-                except Exception as exc:
-                    log.error("OffsetCommit group=%r: storing offsets failed: %s", group_id, exc)
-                    code = E.COORDINATOR_NOT_AVAILABLE
-            for i in accepted:
-                errors[(i.topic, i.partition)] = code
-        return {(i.topic, i.partition): errors.get((i.topic, i.partition), E.NONE) for i in items}
+                self._commit_turns[group_id] = (lock, users - 1)
 
     def _may_commit(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
@@ -348,24 +386,27 @@ class GroupCoordinator:
         self, group_id: str, topics: list[tuple[str, list[int]]] | None
     ) -> tuple[GroupErrorCode, list[tuple[str, list[tuple[int, FetchedOffset]]]]]:
         """OffsetFetch: ``topics`` None means every topic the group has offsets for."""
+        paced = self.broker.paced  # a 1 MB request names ~80,000 topics
         try:
             await self.ready()
         except GroupError as exc:
             failed = FetchedOffset(error=exc.code)
-            return exc.code, [(t, [(p, failed) for p in ps]) for t, ps in topics or []]
-        names = None if topics is None else [t for t, _ in topics]
+            return exc.code, [
+                (t, [(p, failed) async for p in paced(ps)]) async for t, ps in paced(topics or [])
+            ]
+        names = None if topics is None else {t async for t, _ in paced(topics)}
         live = await self.offsets.live(group_id, names)
         if topics is None:
             by_topic: dict[str, list[tuple[int, FetchedOffset]]] = {}
-            for (t, p), c in sorted(live.items()):
+            async for (t, p), c in paced(sorted(live.items())):
                 by_topic.setdefault(t, []).append(
                     (p, FetchedOffset(c.offset, c.leader_epoch, c.metadata))
                 )
             return E.NONE, list(by_topic.items())
         out = []
-        for name, partitions in topics:
+        async for name, partitions in paced(topics):
             parts = []
-            for p in partitions:
+            async for p in paced(partitions):
                 c = live.get((name, p))
                 parts.append(
                     (
@@ -389,25 +430,31 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return E.GROUP_ID_NOT_FOUND, {}
+        paced = self.broker.paced  # ``topics`` is what the client sent
         infos = await self.offsets.topics(t for t, _ in topics)
         errors: dict[TopicPartition, GroupErrorCode] = {}
-        wanted: list[TopicPartition] = []
-        for name, partitions in topics:
-            for p in partitions:
+        # Each partition once, in request order: a request may name one many times.
+        found: dict[TopicPartition, None] = {}
+        async for name, partitions in paced(topics):
+            async for p in paced(partitions):
                 if infos.get(name) is None or p != 0:
                     errors[(name, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
                 else:
-                    wanted.append((name, p))
+                    found[(name, p)] = None
         if self.groups.get(group_id) is not group:
             return E.GROUP_ID_NOT_FOUND, {}
+        wanted = list(found)
         if group.state is not EMPTY:
             if group.protocol_type != CONSUMER_PROTOCOL:
                 return E.NON_EMPTY_GROUP, {}
             subscribed = group.subscribed_topics()
-            for tp in list(wanted):
+            kept: list[TopicPartition] = []
+            for tp in wanted:  # no await: the group's subscriptions must not change meanwhile
                 if subscribed is None or tp[0] in subscribed:
                     errors[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
-                    wanted.remove(tp)
+                else:
+                    kept.append(tp)
+            wanted = kept
         if wanted:
             try:
                 await asyncio.shield(self.offsets.delete(group_id, wanted))
@@ -447,11 +494,13 @@ class GroupCoordinator:
         self, states: set[GroupState] | None = None, types: set[str] | None = None
     ) -> list[ListedGroup]:
         await self.ready()
-        if types and CLASSIC not in {t.lower() for t in types}:
+        if types and CLASSIC not in {t.lower() async for t in self.broker.paced(types)}:
             return []
+        # A snapshot, paced: clients can make groups by the hundred thousand (a commit
+        # with generation -1 makes one), and the dict may change while this yields.
         return [
             ListedGroup(g.group_id, g.protocol_type or "", g.state)
-            for g in self.groups.values()
+            async for g in self.broker.paced(list(self.groups.values()))
             if not states or g.state in states
         ]
 
@@ -459,7 +508,9 @@ class GroupCoordinator:
         await self.ready()
         results: list[GroupErrorCode] = []
         writes = []
-        for group_id in group_ids:
+        # Paced (the ids are what the client sent); each group is checked and deleted with
+        # no await between, so no join can slip in between the two.
+        async for group_id in self.broker.paced(group_ids):
             group = self.groups.get(group_id)
             if group is None:
                 results.append(E.GROUP_ID_NOT_FOUND)
@@ -470,7 +521,7 @@ class GroupCoordinator:
                 writes.append((len(results), self._delete(group)))
                 results.append(E.NONE)
                 log.info("deleted group %r", group_id)
-        for index, fut in writes:
+        async for index, fut in self.broker.paced(writes):  # done futures do not yield
             try:
                 await asyncio.shield(fut)
             except Exception as exc:

@@ -56,6 +56,15 @@ class FetchedOffset:
 NO_OFFSET = FetchedOffset()
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedCommit:
+    """A commit's rows, ready to be written (Offsets.prepare, then Offsets.store)."""
+
+    group_id: str
+    rows: dict[TopicPartition, CommittedOffset]
+    updates: StateUpdates
+
+
 class Offsets:
     def __init__(self, broker: Broker, writer: StateWriter, metadata_max_bytes: int) -> None:
         self._broker = broker
@@ -76,9 +85,6 @@ class Offsets:
     def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return dict(self._view.get(group_id, {}))
 
-    def _put(self, group_id: str, tp: TopicPartition, c: CommittedOffset) -> None:
-        self._view.setdefault(group_id, {})[tp] = c
-
     def _forget(self, group_id: str, tp: TopicPartition, only: CommittedOffset | None) -> None:
         offsets = self._view.get(group_id)
         if offsets is None or (only is not None and offsets.get(tp) is not only):
@@ -88,10 +94,12 @@ class Offsets:
             del self._view[group_id]
 
     # --- topics -------------------------------------------------------------------------
+    # The loops below walk what a client sent (a 1 MB request names ~80,000 topics), so
+    # they are paced: cached topics and invalid names are answered without an await.
     async def topics(self, names: Iterable[str]) -> dict[str, TopicInfo | None]:
         """The current generation of each topic; None for unknown or invalid names."""
         out: dict[str, TopicInfo | None] = {}
-        for name in names:
+        async for name in self._broker.paced(names):
             if name in out:
                 continue
             try:
@@ -100,13 +108,13 @@ class Offsets:
                 out[name] = None
         return out
 
-    def check(
+    async def check(
         self, items: list[OffsetCommit], topics: dict[str, TopicInfo | None]
     ) -> dict[TopicPartition, GroupErrorCode]:
         """Per-partition errors Kafka finds before asking the group: unknown topics or
         partitions and oversized metadata."""
         errors: dict[TopicPartition, GroupErrorCode] = {}
-        for item in items:
+        async for item in self._broker.paced(items):
             tp = (item.topic, item.partition)
             if topics.get(item.topic) is None or item.partition != 0:
                 errors[tp] = GroupErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -117,13 +125,17 @@ class Offsets:
         return errors
 
     # --- writes -------------------------------------------------------------------------
-    async def store(
+    async def prepare(
         self, group_id: str, items: list[OffsetCommit], topics: dict[str, TopicInfo | None]
-    ) -> None:
-        """Make the commits durable (one fsync, shared with concurrent commits)."""
+    ) -> PreparedCommit:
+        """The rows of a commit, built (paced) before the group is asked, so that asking
+        and queueing the write (``store``) happen with no await between them."""
         commit_ms = now_ms()
-        rows: list[tuple[TopicPartition, CommittedOffset]] = []
-        for item in items:
+        # By partition, the last one named winning (as it did when each was put in turn):
+        # what becomes durable is then at most one row per existing topic.
+        rows: dict[TopicPartition, CommittedOffset] = {}
+        updates: StateUpdates = {}
+        async for item in self._broker.paced(items):
             info = topics[item.topic]
             assert info is not None
             c = CommittedOffset(
@@ -133,16 +145,22 @@ class Offsets:
                 commit_ms,
                 bytes(info.metadata.topic_uuid),
             )
-            rows.append(((item.topic, item.partition), c))
-        updates: StateUpdates = {
-            (OFFSETS_AREA, offset_key(group_id, t, p)): encode_offset(c) for (t, p), c in rows
-        }
+            rows[(item.topic, item.partition)] = c
+            updates[(OFFSETS_AREA, offset_key(group_id, item.topic, item.partition))] = (
+                encode_offset(c)
+            )
+        return PreparedCommit(group_id, rows, updates)
+
+    def store(self, commit: PreparedCommit) -> asyncio.Future[None]:
+        """Queue the commit's write (one fsync, shared with concurrent commits); the
+        future resolves once it is durable and in the view."""
+        group_id, rows = commit.group_id, commit.rows
 
         def durable() -> None:
-            for tp, c in rows:
-                self._put(group_id, tp, c)
+            # One dict update: a commit of every topic of a large store puts them all.
+            self._view.setdefault(group_id, {}).update(rows)
 
-        await asyncio.shield(self._writer.write(updates, durable))
+        return self._writer.write(commit.updates, durable)
 
     def delete(self, group_id: str, tps: Iterable[TopicPartition]) -> asyncio.Future[None]:
         tps = list(tps)
@@ -179,14 +197,15 @@ class Offsets:
     ) -> dict[TopicPartition, CommittedOffset]:
         """The group's offsets whose topic generation still exists; stale ones are
         deleted in the background."""
-        committed = self.committed(group_id)
+        paced = self._broker.paced
+        committed = self.committed(group_id)  # a copy: it may change while this is paced
         if only_topics is not None:
-            wanted = set(only_topics)
-            committed = {tp: c for tp, c in committed.items() if tp[0] in wanted}
+            wanted = only_topics if isinstance(only_topics, set) else set(only_topics)
+            committed = {tp: c async for tp, c in paced(committed.items()) if tp[0] in wanted}
         topics = await self.topics(t for t, _ in committed)
         live: dict[TopicPartition, CommittedOffset] = {}
         stale: list[tuple[TopicPartition, CommittedOffset]] = []
-        for tp, c in committed.items():
+        async for tp, c in paced(committed.items()):
             info = topics.get(tp[0])
             if info is not None and bytes(info.metadata.topic_uuid) == c.topic_uuid:
                 live[tp] = c

@@ -28,8 +28,10 @@ class Refused(Exception):
         self.code = code
 
 
-def validate(topic: Any, node_id: int) -> dict[str, str]:
-    """-> the store properties for this topic; raises Refused."""
+async def validate(broker: Any, topic: Any) -> dict[str, str]:
+    """-> the store properties for this topic; raises Refused. The assignments and
+    configs are paced: one topic may carry tens of thousands."""
+    node_id = broker.config.node_id
     if topic.num_partitions not in (1, -1):
         raise Refused(
             ErrorCode.INVALID_PARTITIONS,
@@ -42,19 +44,20 @@ def validate(topic: Any, node_id: int) -> dict[str, str]:
             f"replication is the store's job: replication_factor must be 1 (or -1), "
             f"got {topic.replication_factor}",
         )
-    for a in topic.assignments:
+    async for a in broker.paced(topic.assignments):
         if a.partition_index != 0 or list(a.broker_ids) != [node_id]:
             raise Refused(
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"the only possible assignment is partition 0 on broker {node_id}",
             )
-    nulls = [c.name for c in topic.configs if c.value is None]
+    nulls = [c.name async for c in broker.paced(topic.configs) if c.value is None]
     if nulls:  # as KRaft Kafka answers (a null would otherwise mean "the default")
         raise Refused(
             ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {nulls}"
         )
+    changes = {c.name: c.value async for c in broker.paced(topic.configs)}
     try:
-        return apply_configs({}, {c.name: c.value for c in topic.configs})
+        return apply_configs({}, changes)
     except InvalidConfig as exc:
         raise Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
@@ -77,7 +80,7 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
     broker = ctx.broker
     name = topic.name
     try:
-        props = validate(topic, broker.config.node_id)
+        props = await validate(broker, topic)
         broker.topics.topic_id(name)
         if validate_only:
             if await broker.topics.get(name) is not None:
@@ -108,9 +111,12 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     validate_only = bool(req.validate_only) if ctx.version >= 1 else False
-    named = Counter(t.name for t in req.topics)  # not list.count: 50k topics took 52 s
+    # Counted once (not list.count: 50k topics took 52 s), the names gathered paced.
+    named = Counter([t.name async for t in ctx.broker.paced(req.topics)])
     results = []
-    for topic in req.topics:
+    # Paced: a topic refused for its name or settings awaits nothing, and 50,000 of them
+    # (a 1 MB request) held the loop ~400 ms in one piece.
+    async for topic in ctx.broker.paced(req.topics):
         if named[topic.name] > 1:
             results.append(
                 _Result(

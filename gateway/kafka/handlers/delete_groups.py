@@ -20,7 +20,10 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         codes = await ctx.broker.groups.delete_groups(names)
     except GroupError as exc:  # loading failed, or shutting down
         codes = [exc.code for _ in names]
-    results = [_Result(group_id=g, error_code=c) for g, c in zip(names, codes, strict=True)]
+    results = [
+        _Result(group_id=g, error_code=c)
+        async for g, c in ctx.broker.paced(zip(names, codes, strict=True))  # client's list
+    ]
     return ctx.response(throttle_time_ms=0, results=results)
 
 

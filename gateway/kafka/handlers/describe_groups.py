@@ -71,7 +71,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     want_ops = ctx.version >= 3 and req.include_authorized_operations
     ops = set(GROUP_OPERATIONS) if want_ops else None
     groups = []
-    for group_id in req.groups:
+    # Paced: the ids are what the client sent, and describing one awaits nothing.
+    async for group_id in ctx.broker.paced(req.groups):
         try:
             summary = await coordinator.describe(group_id)
         except GroupError as exc:  # loading failed, or shutting down

@@ -28,8 +28,14 @@ READ_COMMITTED = 1
 FETCH_SESSION_ID_NOT_FOUND = 70
 # Cap messages per partition read so one fetch of tiny messages stays bounded.
 MAX_MESSAGES = 50_000
-# A fetch this close to the high watermark reads on the event loop (see handle).
+# A fetch this close to the high watermark reads on the event loop (see _read)...
 NEAR_HEAD = 64
+# ...if it names at most this many partitions: checking and reading each costs the loop a
+# few microseconds, and a 1 MB request names 40,000 (ordinary consumers name a handful).
+ON_LOOP_TARGETS = 16
+# Partitions read by one executor job when a fetch names many: the job holds the GIL
+# throughout, so its length is what the event loop may wait for it (~1 ms).
+READ_CHUNK = 512
 
 
 @dataclass(slots=True)
@@ -147,16 +153,17 @@ def _read_all(
 
 
 async def _targets(ctx: RequestContext, req: Any) -> list[tuple[Any, list[Target]]]:
-    topics = ctx.broker.topics
+    broker = ctx.broker
+    topics = broker.topics
     out = []
-    for ft in req.topics:
+    async for ft in broker.paced(req.topics):
         if ctx.version >= 13:
             info, missing = await topics.by_uuid(ft.topic_id), ErrorCode.UNKNOWN_TOPIC_ID
         else:
             info, missing = await topics.resolve(ft.topic)
         parts = [
             Target(info, p.partition, p.fetch_offset, p.partition_max_bytes, missing)
-            for p in ft.partitions
+            async for p in broker.paced(ft.partitions)
         ]
         out.append((ft, parts))
     return out
@@ -168,16 +175,44 @@ async def _read(
     """One read round. Store reads run on the executor, except where the executor round
     trip (~0.4 ms) costs more than the read: a consumer at the head (a few messages in
     LevelDB's memtable) or one the batch cache serves from memory."""
-    args = (broker.store, broker.batch_cache, flat, max_bytes, committed, zstd_ok)
-    if _near_head(broker.store, flat):
+    store, cache = broker.store, broker.batch_cache
+    if len(flat) > ON_LOOP_TARGETS:
+        return await _read_chunked(broker, flat, max_bytes, committed, zstd_ok)
+    args = (store, cache, flat, max_bytes, committed, zstd_ok)
+    if _near_head(store, flat):
         return _read_all(*args)
-    cache = broker.batch_cache
     if all(t.info is not None and cache.covers(t.info.metadata.topic_uuid, t.offset) for t in flat):
         reads = _read_all(*args, cache_only=True)
         if all(r.records or r.error for r in reads):
             return reads
         # the cache declined a partition (zstd for an old fetch, a limit): read the store
     return await broker.run(_read_all, *args)
+
+
+async def _read_chunked(
+    broker: Any, flat: list[Target], max_bytes: int, committed: bool, zstd_ok: bool
+) -> list[PartRead]:
+    """_read_all over READ_CHUNK partitions per executor job, the budget carried from one
+    job to the next: one job over 40,000 partitions held the GIL for tens of milliseconds
+    at a time, and with it every other client's request."""
+    out: list[PartRead] = []
+    budget = max_bytes
+    args = (broker.store, broker.batch_cache)
+    for start in range(0, len(flat), READ_CHUNK):
+        chunk = flat[start : start + READ_CHUNK]
+        reads = await broker.run(_read_all, *args, chunk, budget, committed, zstd_ok)
+        budget -= sum(len(r.records) for r in reads)
+        out += reads
+    return out
+
+
+async def _summary(broker: Any, reads: list[PartRead]) -> tuple[int, bool]:
+    """(bytes read, whether any partition failed), without holding the loop for long."""
+    size, failed = 0, False
+    async for r in broker.paced(reads):
+        size += len(r.records)
+        failed = failed or bool(r.error)
+    return size, failed
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
@@ -188,42 +223,40 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     max_bytes = req.max_bytes if ctx.version >= 3 else 0x7FFFFFFF
     zstd_ok = ctx.version >= 10  # Kafka refuses zstd batches to older fetches
     grouped = await _targets(ctx, req)
-    flat = [t for _ft, parts in grouped for t in parts]
+    flat: list[Target] = []
+    async for _ft, parts in broker.paced(grouped):
+        flat += parts
     ctx.release()  # a long poll does not hold up the connection's next request
     loop = asyncio.get_running_loop()
     wait_s = min(max(req.max_wait_ms, 0), broker.config.fetch_max_wait_cap_ms) / 1000
     deadline = loop.time() + wait_s
-    watched = [t.info.id for t in flat if t.info is not None]
+    # Once each: a request may name the same topic's partitions tens of thousands of times.
+    watched = list({t.info.id: None async for t in broker.paced(flat) if t.info is not None})
     with broker.notifier.subscribe(watched) as sub:
         while True:
             sub.rearm()  # before the read: a publish during it must still wake us
             reads = await _read(broker, flat, max_bytes, committed, zstd_ok)
-            size = sum(len(r.records) for r in reads)
+            size, failed = await _summary(broker, reads)
             remaining = deadline - loop.time()
-            if (
-                size >= req.min_bytes
-                or any(r.error for r in reads)
-                or remaining <= 0
-                or broker.closing
-                or not watched
-            ):
+            if size >= req.min_bytes or failed or remaining <= 0 or broker.closing or not watched:
                 break
             await sub.wait(remaining)
-    return _response(ctx, grouped, reads, committed)
+    return await _response(ctx, grouped, reads, committed)
 
 
-def _response(
+async def _response(
     ctx: RequestContext,
     grouped: list[tuple[Any, list[Target]]],
     reads: list[PartRead],
     committed: bool,
 ) -> Any:
-    metrics = ctx.broker.metrics
+    broker = ctx.broker
+    metrics = broker.metrics
     it = iter(reads)
     topics = []
-    for ft, targets in grouped:
+    async for ft, targets in broker.paced(grouped):
         parts = []
-        for t in targets:
+        async for t in broker.paced(targets):
             r = next(it)
             if r.error:
                 metrics.partition_errors.labels("Fetch", r.error.name).inc()

@@ -40,7 +40,10 @@ def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
 async def handle(ctx: RequestContext, req: Any) -> Any:
     key_type = req.key_type if ctx.version >= 1 else GROUP
     if ctx.version >= 4:
-        found = [_Coordinator(key=key, **_answer(ctx, key_type)) for key in req.coordinator_keys]
+        answer = _answer(ctx, key_type)  # the same for every key
+        found = [
+            _Coordinator(key=key, **answer) async for key in ctx.broker.paced(req.coordinator_keys)
+        ]
         return ctx.response(throttle_time_ms=0, coordinators=found)
     return ctx.response(throttle_time_ms=0, **_answer(ctx, key_type))
 

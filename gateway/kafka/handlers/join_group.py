@@ -18,12 +18,14 @@ _Member = JoinGroupResponse.JoinGroupResponseMember
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     v = ctx.version
+    paced = ctx.broker.paced  # a client may name any number of protocols
+    protocols = tuple([(p.name, bytes(p.metadata)) async for p in paced(req.protocols)])
     join = JoinRequest(
         group_id=req.group_id,
         member_id=req.member_id,
         instance_id=req.group_instance_id if v >= 5 else None,
         protocol_type=req.protocol_type,
-        protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
+        protocols=protocols,
         session_timeout_ms=req.session_timeout_ms,
         # v0 has no rebalance timeout: Kafka uses the session timeout (so do we for a
         # negative one, which would otherwise end every rebalance at once).
@@ -41,7 +43,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     result = await ctx.broker.groups.join(join)
     members = [
         _Member(member_id=m.member_id, group_instance_id=m.instance_id, metadata=m.metadata)
-        for m in result.members
+        async for m in paced(result.members)
     ]
     return ctx.response(
         throttle_time_ms=0,

@@ -15,15 +15,16 @@ _Member = LeaveGroupResponse.MemberResponse
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
+    paced = ctx.broker.paced  # v3+ names members by the batch
     if ctx.version >= 3:
-        leaving = [(m.member_id, m.group_instance_id) for m in req.members]
+        leaving = [(m.member_id, m.group_instance_id) async for m in paced(req.members)]
     else:
         leaving = [(req.member_id, None)]
     top, codes = await ctx.broker.groups.leave(req.group_id, leaving)
     if ctx.version >= 3:
         members = [
             _Member(member_id=mid, group_instance_id=iid, error_code=code)
-            for (mid, iid), code in zip(leaving, codes, strict=True)
+            async for (mid, iid), code in paced(zip(leaving, codes, strict=True))
         ]
         return ctx.response(throttle_time_ms=0, error_code=top, members=members)
     # v0-2 have one error: the group's, else the member's (Kafka's LeaveGroupResponse).

@@ -19,7 +19,11 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     states: set[GroupState] | None = None
     if ctx.version >= 4 and req.states_filter:
         # A state name Kafka does not know matches no group.
-        states = {s for s in map(GroupState.parse, req.states_filter) if s is not None}
+        states = {
+            s
+            async for s in ctx.broker.paced(map(GroupState.parse, req.states_filter))
+            if s is not None
+        }
         if not states:
             return ctx.response(throttle_time_ms=0, error_code=GroupErrorCode.NONE, groups=[])
     types = set(req.types_filter) if ctx.version >= 5 and req.types_filter else None
@@ -34,7 +38,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             group_state=g.state.value,
             group_type=CLASSIC,
         )
-        for g in listed
+        async for g in ctx.broker.paced(listed)  # clients can make groups by the thousand
     ]
     return ctx.response(throttle_time_ms=0, error_code=GroupErrorCode.NONE, groups=groups)
 

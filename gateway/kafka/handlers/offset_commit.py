@@ -19,6 +19,7 @@ _Partition = _Topic.OffsetCommitResponsePartition
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     v = ctx.version
+    paced = ctx.broker.paced  # a 1 MB request names ~60,000 partitions
     items = [
         OffsetCommit(
             topic=t.name,
@@ -27,8 +28,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             leader_epoch=p.committed_leader_epoch if v >= 6 else -1,
             metadata=p.committed_metadata,
         )
-        for t in req.topics
-        for p in t.partitions
+        async for t in paced(req.topics)
+        async for p in paced(t.partitions)
     ]
     codes = await ctx.broker.groups.commit(
         req.group_id,
@@ -45,10 +46,10 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                     partition_index=p.partition_index,
                     error_code=codes[(t.name, p.partition_index)],
                 )
-                for p in t.partitions
+                async for p in paced(t.partitions)
             ],
         )
-        for t in req.topics
+        async for t in paced(req.topics)
     ]
     return ctx.response(throttle_time_ms=0, topics=topics)
 

@@ -16,7 +16,11 @@ _Partition = _Topic.OffsetDeleteResponsePartition
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
-    wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
+    paced = ctx.broker.paced  # the topics and partitions are what the client sent
+    wanted = [
+        (t.name, [p.partition_index async for p in paced(t.partitions)])
+        async for t in paced(req.topics)
+    ]
     code, codes = await ctx.broker.groups.delete_offsets(req.group_id, wanted)
     topics = []
     if code is GroupErrorCode.NONE:
@@ -25,10 +29,10 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                 name=name,
                 partitions=[
                     _Partition(partition_index=p, error_code=codes.get((name, p), 0))
-                    for p in partitions
+                    async for p in paced(partitions)
                 ],
             )
-            for name, partitions in wanted
+            async for name, partitions in paced(wanted)
         ]
     return ctx.response(error_code=code, throttle_time_ms=0, topics=topics)
 

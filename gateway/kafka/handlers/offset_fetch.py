@@ -23,8 +23,10 @@ _GroupPartition = _GroupTopic.OffsetFetchResponsePartitions
 Fetched = list[tuple[str, list[tuple[int, FetchedOffset]]]]
 
 
-def _wanted(topics: Any) -> list[tuple[str, list[int]]] | None:
-    return None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
+async def _wanted(ctx: RequestContext, topics: Any) -> list[tuple[str, list[int]]] | None:
+    if topics is None:
+        return None
+    return [(t.name, list(t.partition_indexes)) async for t in ctx.broker.paced(topics)]
 
 
 def _partition(cls: Any, p: int, f: FetchedOffset, group_error: GroupErrorCode) -> Any:
@@ -37,35 +39,39 @@ def _partition(cls: Any, p: int, f: FetchedOffset, group_error: GroupErrorCode) 
     )
 
 
+async def _topics(
+    ctx: RequestContext, fetched: Fetched, topic: Any, part: Any, error: GroupErrorCode
+) -> list[Any]:
+    """The response's topics, paced: a 1 MB request names ~80,000 (answered 370 ms in
+    one piece)."""
+    paced = ctx.broker.paced
+    return [
+        topic(name=name, partitions=[_partition(part, p, f, error) async for p, f in paced(parts)])
+        async for name, parts in paced(fetched)
+    ]
+
+
 async def _one_group(ctx: RequestContext, group_id: str, topics: Any) -> Any:
-    code, fetched = await ctx.broker.groups.fetch_offsets(group_id, _wanted(topics))
+    code, fetched = await ctx.broker.groups.fetch_offsets(group_id, await _wanted(ctx, topics))
     return _Group(
         group_id=group_id,
-        topics=[
-            _GroupTopic(
-                name=name, partitions=[_partition(_GroupPartition, p, f, 0) for p, f in parts]
-            )
-            for name, parts in fetched
-        ],
+        topics=await _topics(ctx, fetched, _GroupTopic, _GroupPartition, GroupErrorCode.NONE),
         error_code=code,
     )
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     if ctx.version >= 8:
-        groups = [await _one_group(ctx, g.group_id, g.topics) for g in req.groups]
+        groups = [
+            await _one_group(ctx, g.group_id, g.topics) async for g in ctx.broker.paced(req.groups)
+        ]
         return ctx.response(throttle_time_ms=0, groups=groups)
     code, fetched = await ctx.broker.groups.fetch_offsets(
-        req.group_id, _wanted(req.topics)
+        req.group_id, await _wanted(ctx, req.topics)
     )
     # v1 has no top-level error: a group error goes on every partition.
     partition_error = code if ctx.version < 2 else GroupErrorCode.NONE
-    topics = [
-        _Topic(
-            name=name, partitions=[_partition(_Partition, p, f, partition_error) for p, f in parts]
-        )
-        for name, parts in fetched
-    ]
+    topics = await _topics(ctx, fetched, _Topic, _Partition, partition_error)
     return ctx.response(throttle_time_ms=0, topics=topics, error_code=code)
 
 

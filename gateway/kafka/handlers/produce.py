@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +65,9 @@ async def _duplicate(rec: BatchRecord, log_append: bool) -> Outcome:
     return Outcome(ErrorCode.NONE, rec.base_offset, rec.log_append_time if log_append else -1)
 
 
-async def _prepare(ctx: RequestContext, info: TopicInfo, raw: Any) -> Outcome | Awaitable[Outcome]:
+async def _prepare(
+    ctx: RequestContext, info: TopicInfo, raw: Any
+) -> Outcome | asyncio.Future[Outcome]:
     """Validate and submit one partition's records; -> an outcome now, or one to await."""
     broker = ctx.broker
     # Size first, from the batch header alone: an oversized batch is refused before any
@@ -173,13 +174,18 @@ async def _topic(ctx: RequestContext, td: Any) -> tuple[str | None, TopicInfo | 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     acks = req.acks
-    pending: list[tuple[Any, list[tuple[int, Outcome | Awaitable[Outcome]]]]] = []
-    for td in req.topic_data:
+    # Every loop over the request's topics and partitions is paced: a 1 MB request can
+    # name ~100,000 partitions, and those refused (an unknown partition, a bad batch) or
+    # already answered await nothing.
+    paced = ctx.broker.paced
+    pending: list[tuple[Any, list[tuple[int, Outcome | asyncio.Future[Outcome]]]]] = []
+    writes: list[asyncio.Future[Outcome]] = []
+    async for td in paced(req.topic_data):
         name, info, missing = await _topic(ctx, td)
-        parts: list[tuple[int, Outcome | Awaitable[Outcome]]] = []
-        for pd in td.partition_data:
+        parts: list[tuple[int, Outcome | asyncio.Future[Outcome]]] = []
+        async for pd in paced(td.partition_data):
             if acks not in (0, 1, -1):
-                outcome: Outcome | Awaitable[Outcome] = _fail(
+                outcome: Outcome | asyncio.Future[Outcome] = _fail(
                     ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1"
                 )
             elif info is None or pd.index != 0:
@@ -190,18 +196,26 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                 )
             else:
                 outcome = await _prepare(ctx, info, pd.records)
+                if not isinstance(outcome, Outcome):
+                    writes.append(outcome)
             parts.append((pd.index, outcome))
         pending.append((td, parts))
     ctx.release()  # everything is submitted: the next pipelined request may start
     if acks == 0:
         return await _no_response(ctx, pending)
+    # The writes are awaited here, outside the paced loops: a paced loop counts the time
+    # its body spends awaiting as time holding the event loop, and would then give the
+    # loop back (and switch the interpreter to its heavy-work settings) for every
+    # produce. shield: the write goes on (and its producer state settles) even if this
+    # request is abandoned, e.g. when an earlier response on the connection fails.
+    for write in writes:  # a done write costs a method call: no pacing needed
+        if not write.done():
+            await asyncio.shield(write)
     topics = []
-    for td, parts in pending:
+    async for td, parts in paced(pending):
         responses = []
-        for index, outcome in parts:
-            # shield: the write goes on (and its producer state settles) even if this
-            # request is abandoned, e.g. when an earlier response on the connection fails.
-            done = outcome if isinstance(outcome, Outcome) else await asyncio.shield(outcome)
+        async for index, outcome in paced(parts):
+            done = outcome if isinstance(outcome, Outcome) else outcome.result()
             if done.error:
                 ctx.broker.metrics.partition_errors.labels("Produce", done.error.name).inc()
             responses.append(
@@ -217,8 +231,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
 async def _no_response(ctx: RequestContext, pending: list[Any]) -> None:
     """acks=0: nothing is sent back. A partition that fails validation closes the
     connection, as Kafka does, because that is the only signal the client gets."""
-    for _td, parts in pending:
-        for _index, outcome in parts:
+    paced = ctx.broker.paced
+    async for _td, parts in paced(pending):
+        async for _index, outcome in paced(parts):
             if isinstance(outcome, Outcome):
                 if outcome.error:
                     raise CloseConnection(f"acks=0 produce failed: {outcome.message}")

@@ -14,12 +14,16 @@ from ..routes import Route
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     v = ctx.version
+    # Paced: the leader's list (one per member, but a client may send any number).
+    assignments = {
+        a.member_id: bytes(a.assignment) async for a in ctx.broker.paced(req.assignments)
+    }
     sync = SyncRequest(
         group_id=req.group_id,
         generation=req.generation_id,
         member_id=req.member_id,
         instance_id=req.group_instance_id if v >= 3 else None,
-        assignments={a.member_id: bytes(a.assignment) for a in req.assignments},
+        assignments=assignments,
         protocol_type=req.protocol_type if v >= 5 else None,
         protocol_name=req.protocol_name if v >= 5 else None,
     )
