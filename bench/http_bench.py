@@ -6,6 +6,7 @@ real `tmsgate serve`.
 Phases (each against a fresh topic, --clients concurrent keep-alive connections):
   publish-avro, publish-json  POST .../publish with --batch messages of --size bytes each
   transactions                POST /v1/transactions, then .../{wp}/commit, back to back
+  healthz                     GET /healthz: the HTTP stack's ceiling (no store work)
   tx-latency                  start, then time a transactional publish of one message and
                               its commit (one client at a time, so the latency is the
                               gateway's, not a queue's)
@@ -171,6 +172,21 @@ async def transactions_phase(args: argparse.Namespace) -> dict[str, float]:
     return {"tx_per_s": rate}
 
 
+async def healthz_phase(args: argparse.Namespace) -> dict[str, float]:
+    """The HTTP stack's own ceiling: GET /healthz does no store work. A transaction is two
+    requests, so half this rate bounds transactions per second."""
+    raw = b"GET /healthz HTTP/1.1\r\nHost: bench\r\n\r\n"
+
+    async def one(conn: Connection) -> int:
+        await conn.request(raw)
+        return 1
+
+    count, elapsed = await run_for(args.seconds, args.clients, one)
+    rate = count / elapsed
+    print(f"healthz: {count} requests by {args.clients} clients: {rate:,.0f} req/s", flush=True)
+    return {"req_per_s": rate}
+
+
 async def latency_phase(args: argparse.Namespace) -> dict[str, float]:
     topic = f"bench-latency-{os.getpid()}"
     await create_topic(PORT, topic)
@@ -200,7 +216,7 @@ async def latency_phase(args: argparse.Namespace) -> dict[str, float]:
     return {"p50_ms": p50, "p99_ms": p99, "samples": len(samples)}
 
 
-PHASES = ("publish-avro", "publish-json", "transactions", "tx-latency")
+PHASES = ("publish-avro", "publish-json", "transactions", "tx-latency", "healthz")
 PORT = 0
 
 
@@ -211,6 +227,8 @@ async def run_phases(args: argparse.Namespace) -> dict[str, object]:
             out[phase] = await publish_phase(phase.split("-")[1], args)
         elif phase == "transactions":
             out[phase] = await transactions_phase(args)
+        elif phase == "healthz":
+            out[phase] = await healthz_phase(args)
         else:
             out[phase] = await latency_phase(args)
     return out

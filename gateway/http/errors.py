@@ -115,9 +115,10 @@ def _too_large(size: int, limit: int) -> HttpProblem:
 
 async def read_json_object(request: Request, limit: int, *, required: bool) -> dict[str, Any]:
     """A JSON object body (admin and transaction calls). An empty body is ``{}`` unless
-    ``required``; a body in another content type is a 415."""
+    ``required``; a body in another content type is a 415. Whitespace alone is not
+    empty: it is not JSON either (400), as the fuzzer insists."""
     body = await read_body(request, limit)
-    if not body.strip():
+    if not body:
         if required:
             raise BadRequest("the body must be a JSON object")
         return {}
