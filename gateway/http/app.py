@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 from tmsgate.storage import StoreClosed
 
 from .config import HttpConfig
@@ -102,9 +103,24 @@ def build_routes(services: Services, config: HttpConfig, metrics: HttpMetrics) -
                 raise ValueError(f"two handlers for {method} {path}")
             by_method[method] = instrument(name, getattr(handlers, name), metrics.observer(name))
     return [
-        Route(path, dispatch(by_method), methods=list(by_method))
+        Route(path, AsgiEndpoint(dispatch(by_method)), methods=list(by_method))
         for path, by_method in paths.items()
     ]
+
+
+class AsgiEndpoint:
+    """A handler served as a plain ASGI app. Starlette wraps a function endpoint in its
+    exception-handling plumbing (a third of a transaction request's loop time, measured);
+    ours already turn every exception into the JSON answer (``instrument``)."""
+
+    __slots__ = ("handler",)
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self.handler(Request(scope, receive, send))
+        await response(scope, receive, send)
 
 
 def build_app(services: Services, config: HttpConfig) -> Starlette:
