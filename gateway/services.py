@@ -69,6 +69,10 @@ class Services:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
 
+    async def compute(self, fn: Callable[..., T], *args: Any) -> T:
+        """Pure CPU work (decoding a large body) on the process's one CPU thread."""
+        return await self.broker.compute(fn, *args)
+
     @staticmethod
     async def wait(fut: Future[T]) -> T:
         """Await a store future (publish_async) from the event loop."""

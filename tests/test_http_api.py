@@ -691,3 +691,16 @@ def test_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         free["bytes"] = 10 << 30
         until(200)
         assert http.get("/readyz").status_code == 200
+
+
+def test_large_bodies_decode_off_the_loop_and_message_count_is_bounded(
+    http: httpx.Client, topic: str
+) -> None:
+    # 2 MiB of 1 KiB messages: decoded on the CPU thread, stored whole.
+    big = [bytes([i % 256]) * 1024 for i in range(2000)]
+    assert publish_avro(http, topic, big).status_code == 200
+    assert len(payloads(http, topic, limit=5000)) == 2000
+    # 2M empty messages in 2 MB: refused, saying the limit, nothing stored.
+    resp = publish_avro(http, topic, [b""] * 2_000_000)
+    assert "the limit is 1,000,000" in error(resp, 400, "bad_request")["message"]
+    assert len(payloads(http, topic, limit=5000)) == 2000

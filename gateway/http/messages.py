@@ -8,12 +8,12 @@ and rollbacks, which touch the backend on the caller's thread, run on the I/O ex
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from tmsgate.gateway.errors import BadRequest
-from tmsgate.protocol.tms_http import AVRO, PublishResponse
+from tmsgate.protocol.tms_http import AVRO, PublishRequest, PublishResponse
 from tmsgate.storage import MessageId, RollbackDetail, Transaction
 
 from .config import HttpConfig
@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 BASE = "/v1/namespaces/{namespace}/topics/{topic}"
 DEFAULT_POLL_LIMIT = 100  # the seed: a poll without a limit
 _MAX_SEQ = 0xFFFF  # sequence ids are 16 bits in the row key
+OFF_LOOP_BODY_BYTES = 1 << 20  # larger publish bodies are decoded on the CPU thread
+# An empty message is one byte of Avro: a 64 MiB body could carry 64M of them. Kafka bounds
+# a batch by bytes only, but each of its records costs at least 7 bytes.
+MAX_MESSAGES_PER_REQUEST = 1_000_000
 
 
 class MessageHandlers:
@@ -44,7 +48,7 @@ class MessageHandlers:
     async def publish(self, request: Request) -> Response:
         codec = body_codec(request)
         tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
-        req = codec.decode_publish_request(await read_body(request, self.max_body))
+        req = await self._publish_request(request, codec)
         wp = req.write_pointer
         if wp is None and not req.messages:
             raise BadRequest("messages is empty and there is no transactionWritePointer")
@@ -59,13 +63,28 @@ class MessageHandlers:
     async def store(self, request: Request) -> Response:
         codec = body_codec(request)
         tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
-        req = codec.decode_publish_request(await read_body(request, self.max_body))
+        req = await self._publish_request(request, codec)
         if req.write_pointer is None:
             raise BadRequest("store needs a transactionWritePointer")
         if not req.messages:
             raise BadRequest("store needs at least one message")
         await self.services.wait(self._store.store_async(tid, req.messages, req.write_pointer))
         return Response(status_code=200)
+
+    async def _publish_request(self, request: Request, codec: Any) -> PublishRequest:
+        """Decode a PublishRequest; a large body on the CPU thread, so that decoding it
+        does not hold the event loop every other client shares (as Kafka's large frames)."""
+        body = await read_body(request, self.max_body)
+        if len(body) < OFF_LOOP_BODY_BYTES:
+            req = codec.decode_publish_request(body)
+        else:
+            req = await self.services.compute(codec.decode_publish_request, body)
+        if len(req.messages) > MAX_MESSAGES_PER_REQUEST:
+            raise BadRequest(
+                f"{len(req.messages)} messages in one request; the limit is "
+                f"{MAX_MESSAGES_PER_REQUEST:,}: split it"
+            )
+        return req
 
     async def rollback(self, request: Request) -> Response:
         codec = body_codec(request)
