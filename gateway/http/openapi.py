@@ -177,10 +177,11 @@ SCHEMAS: dict[str, Schema] = {
         "properties": {
             "timeoutSeconds": {
                 "type": "number",
+                "nullable": True,
                 "minimum": 0,
                 "exclusiveMinimum": True,
                 "maximum": 86400,
-                "description": "default 30",
+                "description": "default 30 (also when null or absent)",
             }
         },
     },
