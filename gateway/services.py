@@ -56,7 +56,7 @@ class Services:
         self.registry = CollectorRegistry()
         # Bounded: reads from disk queue here instead of piling threads onto LevelDB.
         self.executor = ThreadPoolExecutor(kafka.io_threads, thread_name_prefix="tmsgate-io")
-        self.transactions = TransactionService(store, self.run, self.registry)
+        self.transactions = TransactionService(store, self.registry)
         self.metrics = Metrics(self.registry)
         self.metrics.watch_store(store)
         self.broker = Broker(store, kafka, metrics=self.metrics, executor=self.executor)

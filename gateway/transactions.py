@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from tmsgate.storage import (
@@ -24,18 +22,14 @@ from tmsgate.storage import (
 )
 
 log = logging.getLogger("tmsgate.transactions")
-T = TypeVar("T")
-Run = Callable[..., Awaitable[Any]]
 
 DEFAULT_TIMEOUT_S = 30.0  # Tephra's default transaction timeout
 MAX_TIMEOUT_S = 86_400.0  # a day: a longer-lived transaction holds every reader back
 
 
 class TransactionService:
-    def __init__(self, store: Store, run: Run, registry: CollectorRegistry) -> None:
-        self._store = store
+    def __init__(self, store: Store, registry: CollectorRegistry) -> None:
         self._manager = store.transactions
-        self._run = run
         self._open = Gauge(
             "tmsgate_transactions_open",
             "Transactions in progress (started, not yet committed, aborted or timed out)",
@@ -79,7 +73,7 @@ class TransactionService:
         self._ended.labels("aborted").inc()
 
     async def invalidate(self, wp: int) -> None:
-        if not await self._run(self._manager.invalidate, wp):
+        if not await asyncio.wrap_future(self._manager.invalidate_async(wp)):
             raise TransactionNotInProgress(wp, self._manager.state(wp))
         self._ended.labels("invalidated").inc()
         log.info("transaction %d invalidated", wp)

@@ -176,13 +176,21 @@ class TransactionManager:
     def invalidate(self, write_pointer: int) -> bool:
         """Move an in-progress transaction to the invalid list; False (and nothing changes)
         if it is not in progress, as in Tephra: a committed transaction stays committed."""
+        return self.invalidate_async(write_pointer).result()
+
+    def invalidate_async(self, write_pointer: int) -> Future[bool]:
         with self._lock:
             if write_pointer not in self._in_progress:
-                return False
-            done = self._invalidate_locked(write_pointer)
-        done.result()
-        self._finished(write_pointer)
-        return True
+                done: Future[bool] = Future()
+                done.set_result(False)
+                return done
+            invalidated = self._invalidate_locked(write_pointer)
+
+        def finished() -> bool:
+            self._finished(write_pointer)
+            return True
+
+        return _then(invalidated, finished)
 
     def _invalidate_locked(self, wp: int) -> Future[object]:
         self._in_progress.pop(wp, None)

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kafka import KafkaConsumer, TopicPartition
 from tmsgate.gateway.kafka import GatewayConfig, KafkaServer
 from tmsgate.gateway.services import ServeConfig, Services, serve
 from tmsgate.protocol import response_class
@@ -255,3 +256,22 @@ class RawClient:
                 raise ConnectionError("connection closed by the gateway")
             buf += chunk
         return bytes(buf)
+
+
+def kafka_records(bootstrap: str, topic: str, end: int, **kw: Any) -> list[Any]:
+    """Records a kafka-python consumer returns from the beginning until its position
+    reaches ``end`` (aborted offsets a read_committed consumer skips count too)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **kw)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    records: list[Any] = []
+    deadline = time.monotonic() + 30
+    try:
+        while consumer.position(tp) < end:
+            assert time.monotonic() < deadline, f"stuck at {consumer.position(tp)} of {end}"
+            for batch in consumer.poll(timeout_ms=200).values():
+                records.extend(batch)
+    finally:
+        consumer.close()
+    return records

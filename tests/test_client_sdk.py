@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_harness import GatewayThread, free_port
-from kafka import KafkaConsumer, TopicPartition
+from gateway_harness import GatewayThread, free_port, kafka_records
 from tmsgate.client import (
     TX_HEADER,
     AsyncMessagingClient,
@@ -462,24 +461,7 @@ def test_async_context_is_per_task(gw: GatewayThread) -> None:
 
 # --- Kafka producer shims -----------------------------------------------------------------
 def read_committed(bootstrap: str, topic: str, end: int) -> list[Any]:
-    """Records a read_committed kafka-python consumer returns from the beginning until its
-    position reaches ``end`` (so skipped, aborted offsets are covered too)."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
-    )
-    tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek_to_beginning(tp)
-    records: list[Any] = []
-    deadline = time.monotonic() + 30
-    try:
-        while consumer.position(tp) < end:
-            assert time.monotonic() < deadline, f"stuck at {consumer.position(tp)} of {end}"
-            for batch in consumer.poll(timeout_ms=500).values():
-                records.extend(batch)
-    finally:
-        consumer.close()
-    return records
+    return kafka_records(bootstrap, topic, end, isolation_level="read_committed")
 
 
 def header(record: Any) -> bytes | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_harness import GatewayProcess, GatewayThread, gateway_thread
+from gateway_harness import GatewayProcess, GatewayThread, gateway_thread, kafka_records
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from prometheus_client import generate_latest
 from tmsgate.gateway.http.config import HttpConfig
@@ -517,25 +517,6 @@ def test_metrics(gw: GatewayThread, http: httpx.Client, topic: str) -> None:
 
 
 # --- Kafka interplay -----------------------------------------------------------------------------
-def kafka_records(bootstrap: str, topic: str, end: int, **kw: Any) -> list[Any]:
-    """Records a kafka-python consumer returns from the beginning until its position
-    reaches ``end`` (aborted offsets a read_committed consumer skips count too)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **kw)
-    tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek_to_beginning(tp)
-    records: list[Any] = []
-    deadline = time.monotonic() + 30
-    try:
-        while consumer.position(tp) < end:
-            assert time.monotonic() < deadline, f"stuck at {consumer.position(tp)} of {end}"
-            for batch in consumer.poll(timeout_ms=200).values():
-                records.extend(batch)
-    finally:
-        consumer.close()
-    return records
-
-
 def last_stable_offset(bootstrap: str, topic: str) -> int:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
     try:

@@ -30,6 +30,7 @@ figures; TMSGATE_FAULTS_SEED=<n> repeats a run).
 
 from __future__ import annotations
 
+import abc
 import os
 import random
 import socket
@@ -65,7 +66,9 @@ def create_topics(bootstrap: str, names: tuple[str, ...]) -> None:
         admin.close()
 
 
-class Stoppable(threading.Thread):
+class Stoppable(threading.Thread, abc.ABC):
+    """A worker thread: subclasses say what it does (``body``) until ``stopping`` is set."""
+
     def __init__(self, name: str) -> None:
         super().__init__(daemon=True, name=name)
         self.stopping = threading.Event()
@@ -77,8 +80,8 @@ class Stoppable(threading.Thread):
         except BaseException as exc:  # reported by the test
             self.failure = exc
 
-    def body(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def body(self) -> None: ...
 
     def stop(self, timeout: float = 60) -> None:
         self.stopping.set()

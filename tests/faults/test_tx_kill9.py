@@ -29,7 +29,8 @@ TIMEOUT_S = 3600  # open transactions cut short by a kill must not time out mid-
 
 @dataclass
 class Ledger:
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # A condition: the test waits on it until enough transactions were started.
+    lock: threading.Condition = field(default_factory=threading.Condition)
     started: list[int] = field(default_factory=list)  # in the order the answers came
     committed: set[int] = field(default_factory=set)
     aborted: set[int] = field(default_factory=set)
@@ -47,6 +48,7 @@ def client_loop(url: str, ledger: Ledger, stop: threading.Event, seed: int) -> N
                 wp = answer.json()["writePointer"]
                 with ledger.lock:
                     ledger.started.append(wp)
+                    ledger.lock.notify_all()
                 body = {"transactionWritePointer": wp, "messages": [str(wp)]}
                 http.post(f"{BASE}/publish", json=body).raise_for_status()
                 with ledger.lock:
@@ -96,8 +98,8 @@ def test_transaction_state_survives_kill9(fault_gateway, faults_report) -> None:
         for _ in range(cycles):
             # Let some transactions through, then kill wherever the clients are.
             target = len(ledger.started) + rng.randint(5, 40)
-            while len(ledger.started) < target and not stop.wait(0.01):
-                pass
+            with ledger.lock:
+                assert ledger.lock.wait_for(lambda t=target: len(ledger.started) >= t, 60)
             gw.kill9()
             with ledger.lock:  # nothing answers now: the split is exact
                 answered_before_kill.append(len(ledger.started))
