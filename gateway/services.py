@@ -87,6 +87,9 @@ class Services:
         loop = asyncio.get_running_loop()
         self.broker.attach(loop)
         await self.broker.groups.ready()  # restored members must expire on time
+        # Before listening: commits decided before a crash are finished (and open Kafka
+        # transactions aborted) before any client can read.
+        await self.broker.txns.ready()
         await self.kafka_server.start()
         if config.http is not None:
             from .http.server import HttpServer  # Starlette and uvicorn only when serving HTTP
@@ -118,10 +121,14 @@ class Services:
         while True:
             await asyncio.sleep(EXPIRY_INTERVAL_S)
             try:
+                # Kafka's first: it fences the producer as it aborts (Kafka's behaviour).
+                kafka = await self.broker.txns.expire()
                 expired = await self.run(self.store.transactions.expire)
             except Exception as exc:  # a full disk, a closing store: try again later
                 log.warning("expiring transactions failed: %s", exc)
                 continue
+            if kafka:
+                log.info("%d Kafka transactions timed out: %s", len(kafka), kafka[:10])
             if expired:
                 log.info("%d transactions timed out: %s", len(expired), expired[:10])
 

@@ -135,7 +135,17 @@ class RowAppender:
             st.published_refs.add(wp)
             raise InvalidTransaction(f"payloads of write pointer {wp} were already published")
 
-    def append_reference(self, batch: Batch, st: TopicState, wp: int) -> PublishResult:
+    def is_referenced(self, st: TopicState, wp: int) -> bool:
+        if wp in st.published_refs:
+            return True
+        if self._backend.get(st.referenced_prefix + _U64.pack(wp)) is not None:
+            st.published_refs.add(wp)
+            return True
+        return False
+
+    def append_reference(
+        self, batch: Batch, st: TopicState, wp: int, sealed: bool = False
+    ) -> PublishResult:
         self.check_unreferenced(st, wp)
         count = self.stored(st, wp)[0]
         if count == 0:
@@ -147,7 +157,10 @@ class RowAppender:
         suffix = _SUFFIX.pack(ts, seq)
         base = st.next_offset
         batch.mutations.append(
-            (st.msg_prefix + suffix, keys.encode_row(base, count, None, wp, reference=True))
+            (
+                st.msg_prefix + suffix,
+                keys.encode_row(base, count, None, wp, reference=True, sealed=sealed),
+            )
         )
         batch.mutations.append((st.referenced_prefix + _U64.pack(wp), b""))
         st.last_ts, st.last_seq, st.next_offset = ts, seq, base + count

@@ -102,6 +102,10 @@ F_PAYLOAD = 2
 F_META = 4
 F_TTL = 8
 F_NULL = 16
+# A sealed reference (a Kafka transaction's records): visible to no reader at all while
+# its transaction is in progress, and read as plain messages (no write pointer) once it
+# committed, so that Kafka consumers of either isolation level see the same records.
+F_SEALED = 32
 
 ROW_HEAD = struct.Struct(">BQI")
 ROW_HEAD_META = struct.Struct(">BQII")  # the head, then meta's length (F_META rows)
@@ -119,8 +123,9 @@ def encode_row(
     meta: bytes | None = None,
     ttl_ms: int | None = None,
     reference: bool = False,
+    sealed: bool = False,
 ) -> bytes:
-    flags = 0
+    flags = F_SEALED if sealed else 0
     parts: list[bytes] = []
     if write_pointer is not None:
         flags |= F_TX

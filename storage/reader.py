@@ -8,7 +8,7 @@ and the scan stops (holds) at the first row whose transaction is still in progre
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import keys
@@ -151,7 +151,12 @@ def read(
     max_bytes: int | None,
     tx: Transaction | None,
     next_offset: int,
+    sealed: Callable[[int], Visibility] | None = None,
 ) -> ReadResult:
+    """Up to ``max_messages`` from ``start``. ``tx``: a transactional reader's snapshot
+    (None reads everything written, the TMS non-transactional read). ``sealed(wp)``:
+    how a reader without a snapshot treats a sealed reference (its transaction's state
+    now)."""
     prefix, plen = st.msg_prefix, len(st.msg_prefix)
     floor = ttl_floor_key(st, now_ms)
     begin = max(start.key, floor)
@@ -198,7 +203,23 @@ def read(
         end = base + count
         if end <= skip_off:
             continue
-        if wp is not None and tx is not None:
+        shown_wp = wp
+        if flags & keys.F_SEALED and wp is not None:
+            # A Kafka transaction's records: held from every reader until the commit
+            # (the commit's window between writing this row and the transaction
+            # manager's commit), then plain messages.
+            if tx is not None:
+                vis = tx.visibility(wp)
+            else:
+                vis = sealed(wp) if sealed is not None else Visibility.ACCEPT
+            if vis is Visibility.SKIP:
+                resume = end
+                continue
+            if vis is Visibility.HOLD:
+                held = True
+                break
+            shown_wp = None
+        elif wp is not None and tx is not None:
             vis = tx.visibility(wp)
             if vis is Visibility.SKIP:
                 resume = end
@@ -216,12 +237,13 @@ def read(
             if (skip_id is not None) and (mid < skip_id or (skip_eq and mid == skip_id)):
                 resume = end
                 continue
-            out.append(Message(mid, payload, base, ts, wp, meta))
+            out.append(Message(mid, payload, base, ts, shown_wp, meta))
             size += (len(payload) if payload else 0) + (len(meta) if meta else 0)
             resume = end
         else:
             full = True
-            for msg, expired in _payload_messages(backend, st, wp or 0, suffix, base, ts, now_ms):
+            rows = _payload_messages(backend, st, wp or 0, shown_wp, suffix, base, ts, now_ms)
+            for msg, expired in rows:
                 if (
                     expired
                     or msg.offset < skip_off
@@ -273,6 +295,7 @@ def _payload_messages(
     backend: Backend,
     st: TopicState,
     wp: int,
+    shown_wp: int | None,
     row_suffix: bytes,
     base: int,
     publish_ts: int,
@@ -287,5 +310,5 @@ def _payload_messages(
         _, _, _, _, ttl, meta, payload = keys.decode_row(value)
         expired = ttl is not None and publish_ts + ttl < now_ms
         mid = MessageId.trusted(row_suffix + key[plen:])
-        yield Message(mid, payload, offset, publish_ts, wp, meta), expired
+        yield Message(mid, payload, offset, publish_ts, shown_wp, meta), expired
         offset += 1

@@ -58,6 +58,9 @@ TopicListener = Callable[[TopicMetadata], None]
 
 _SUFFIX = keys.MESSAGE_SUFFIX
 _U64 = keys.U64
+# The tail of the id of a message that is a row of its own (a PayloadTable message's id
+# ends with its payload row's key instead).
+_NO_PAYLOAD_ID = bytes(10)
 
 
 def wall_clock_ms() -> int:
@@ -249,6 +252,29 @@ class Store:
 
         return self._writer.submit(op)
 
+    def publish_sealed_async(self, topic: TopicId, tx: Transaction | int) -> Future[int]:
+        """Make a transaction's PayloadTable rows on ``topic`` one sealed reference row: a
+        run of dense offsets that no reader sees until the transaction commits, and that
+        then reads as plain messages (a Kafka transaction's commit, docs/transactions.md).
+
+        Idempotent, for replaying a recorded commit decision: -> the rows referenced now,
+        0 if there is nothing to reference or the reference was already written (also
+        once the transaction has committed). TopicNotFound if the topic is gone."""
+        wp = _write_pointer(tx)
+        if wp is None:
+            raise InvalidTransaction("publish_sealed() needs a transaction")
+
+        def op(batch: Batch) -> int:
+            st = self._state(topic)
+            if self._rows.is_referenced(st, wp):
+                return 0
+            if not self.transactions.is_in_progress(wp):
+                raise TransactionNotInProgress(wp, self.transactions.state(wp))
+            return self._rows.append_reference(batch, st, wp, sealed=True).count
+
+        self._check_open()
+        return self._writer.submit(op)
+
     def store(self, topic: TopicId, items: Sequence[Item], tx: Transaction | int) -> None:
         self.store_async(topic, items, tx).result()
 
@@ -372,15 +398,17 @@ class Store:
             max_bytes=max_bytes,
             tx=tx,
             next_offset=nxt,
+            sealed=self.transactions.visibility_now,
         )
-        if res.messages and res.messages[-1].write_pointer is None:
+        last = res.messages[-1] if res.messages else None
+        if last is not None and last.write_pointer is None and last.id.endswith(_NO_PAYLOAD_ID):
             # The last message's row (one message, no transaction) was read whole, so the
             # rows for every later offset have greater keys: the next read by offset can
             # start right after it instead of searching.
             hints = st.resume_keys
             if len(hints) >= _RESUME_KEYS:
                 hints.clear()  # atomic, unlike evicting one while other readers do too
-            hints[res.next_offset] = st.msg_prefix + res.messages[-1].id[:10] + b"\x00"
+            hints[res.next_offset] = st.msg_prefix + last.id[:10] + b"\x00"
         return res
 
     def poll(

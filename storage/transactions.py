@@ -84,6 +84,9 @@ class TransactionManager:
         self._in_progress: dict[int, int] = {}  # write pointer -> expiry (epoch ms)
         self._invalid: set[int] = set()
         self._committing: set[int] = set()  # commit written, fsync not yet done
+        # Commit decided (a Kafka transaction's commit record is durable): such a
+        # transaction no longer times out and cannot be aborted, only committed.
+        self._decided: set[int] = set()
         self._ended: OrderedDict[int, str] = OrderedDict()  # recent: write pointer -> how
         self.reload(backend)
 
@@ -131,7 +134,7 @@ class TransactionManager:
         with self._lock:
             if wp not in self._in_progress or wp in self._committing:
                 raise TransactionNotInProgress(wp, self._state_locked(wp))
-            if self._in_progress[wp] < self._clock():
+            if self._in_progress[wp] < self._clock() and wp not in self._decided:
                 # Timed out, whether or not expire() has run since: too late to commit.
                 timed_out = self._invalidate_locked(wp)
                 return _then(timed_out, lambda: self._timed_out(wp))
@@ -143,6 +146,7 @@ class TransactionManager:
             # while the fsync ran still saw it in progress.
             with self._lock:
                 self._committing.discard(wp)
+                self._decided.discard(wp)
                 self._in_progress.pop(wp, None)
                 self._remember(wp, COMMITTED)
             self._finished(wp)
@@ -167,7 +171,7 @@ class TransactionManager:
         invalid would read as committed."""
         wp = _wp(tx)
         with self._lock:
-            if wp not in self._in_progress or wp in self._committing:
+            if wp not in self._in_progress or wp in self._committing or wp in self._decided:
                 raise TransactionNotInProgress(wp, self._state_locked(wp))
             done = self._invalidate_locked(wp)
             self._remember(wp, ABORTED)
@@ -180,7 +184,7 @@ class TransactionManager:
 
     def invalidate_async(self, write_pointer: int) -> Future[bool]:
         with self._lock:
-            if write_pointer not in self._in_progress:
+            if write_pointer not in self._in_progress or write_pointer in self._decided:
                 done: Future[bool] = Future()
                 done.set_result(False)
                 return done
@@ -202,13 +206,31 @@ class TransactionManager:
         """Invalidate every in-progress transaction past its timeout."""
         now = self._clock()
         with self._lock:
-            expired = [wp for wp, expiry in self._in_progress.items() if expiry < now]
+            expired = [
+                wp
+                for wp, expiry in self._in_progress.items()
+                if expiry < now and wp not in self._decided
+            ]
             pending = [self._invalidate_locked(wp) for wp in expired]
         for done in pending:
             done.result()
         for wp in expired:
             self._finished(wp)
         return expired
+
+    def decide(self, wp: int, *, recovering: bool = False) -> None:
+        """Mark an in-progress transaction as decided to commit: from now on it neither
+        times out nor can be aborted or invalidated, only committed (commit_async, which
+        then ignores its timeout). Called before a commit record is written (a Kafka
+        transaction's commit, recorded and applied in steps); in memory only, so that
+        recovery calls it again (``recovering``: even past the timeout, since the
+        decision is already durable). Raises TransactionNotInProgress otherwise."""
+        with self._lock:
+            if wp not in self._in_progress or wp in self._committing:
+                raise TransactionNotInProgress(wp, self._state_locked(wp))
+            if not recovering and wp not in self._decided and self._in_progress[wp] < self._clock():
+                raise TransactionNotInProgress(wp, INVALID)  # timed out: too late
+            self._decided.add(wp)
 
     def _finished(self, wp: int) -> None:
         if self._on_finish is not None:
@@ -249,6 +271,13 @@ class TransactionManager:
 
     def is_in_progress(self, wp: int) -> bool:
         return wp in self._in_progress
+
+    def visibility_now(self, wp: int) -> Visibility:
+        """How an entry with this write pointer reads right now (no snapshot): held while
+        in progress, skipped once invalid or rolled back, accepted once committed."""
+        if wp < 0 or wp in self._invalid:
+            return Visibility.SKIP
+        return Visibility.HOLD if wp in self._in_progress else Visibility.ACCEPT
 
     def in_progress(self) -> dict[int, int]:
         with self._lock:

@@ -31,6 +31,7 @@ from .notify import PublishNotifier
 from .producers import ProducerStates
 from .routes import RouteTable, default_routes
 from .topics import TopicRegistry
+from .txn import TxnConfig, TxnCoordinator
 
 T = TypeVar("T")
 # The event loop time a paced loop may take before letting other work run, shared by all
@@ -112,8 +113,9 @@ class Broker:
         self.advertised_host = config.advertised_host or config.host
         self.advertised_port = config.advertised_port or config.port
         self.closing = False
-        # Built last: it reaches the store and executor through the broker.
+        # Built last: they reach the store and executor through the broker.
         self.groups = GroupCoordinator(self, config.groups or from_env())
+        self.txns = TxnCoordinator(self, TxnConfig(config.transaction_max_timeout_ms))
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking store call on the executor."""

@@ -55,6 +55,8 @@ class GatewayConfig:
     shutdown_grace_s: float = 30.0
     # Kafka's group.* and offsets.* settings; None: from the environment (groups/config.py).
     groups: GroupConfig | None = None
+    # Kafka's transaction.max.timeout.ms: InitProducerId refuses longer timeouts.
+    transaction_max_timeout_ms: int = 900_000
     cluster_id: str = "tmsgate"
     node_id: int = 0
 

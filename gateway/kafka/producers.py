@@ -51,6 +51,8 @@ class BatchRecord:
     base_offset: int = -1  # -1: not known (still being written, or lost at restart)
     log_append_time: int = -1
     done: asyncio.Future[None] | None = None  # set while the write is in flight
+    # A Kafka transaction's batch: stored in the PayloadTable, no offset until the commit.
+    transactional: bool = False
 
 
 @dataclass(slots=True)
@@ -97,7 +99,10 @@ def check(entry: ProducerEntry, batch: ProducedBatch) -> Verdict:
     """Kafka's ProducerAppendInfo.checkSequence plus the duplicate lookup."""
     epoch, first, last = batch.producer_epoch, batch.base_sequence, batch.last_sequence
     if entry.epoch == NO_EPOCH:
-        if first != 0:
+        # A transactional producer's sequences are kept in memory only (its transaction
+        # ends with the process), so no state may also mean "forgotten": accepted, as
+        # Kafka 2.5+ accepts any first sequence from a producer it has no state for.
+        if first != 0 and not batch.is_transactional:
             return Verdict(
                 ErrorCode.UNKNOWN_PRODUCER_ID,
                 f"no state for producer {batch.producer_id} on this topic; "
@@ -176,7 +181,12 @@ class ProducerStates:
             entry.epoch = batch.producer_epoch
             entry.batches.clear()
         loop = asyncio.get_running_loop()
-        rec = BatchRecord(batch.base_sequence, batch.last_sequence, done=loop.create_future())
+        rec = BatchRecord(
+            batch.base_sequence,
+            batch.last_sequence,
+            done=loop.create_future(),
+            transactional=batch.is_transactional,
+        )
         entry.batches.append(rec)
         epoch, first, last = entry.epoch, rec.first_seq, rec.last_seq
         store = self._broker.store

@@ -23,11 +23,14 @@ from urllib.parse import unquote
 from .codec import (
     GROUPS_AREA,
     OFFSETS_AREA,
+    CommittedOffset,
     CorruptState,
     GroupRecord,
     decode_group,
     decode_offset,
+    encode_offset,
     group_key,
+    offset_key,
     parse_offset_key,
 )
 from .config import GroupConfig
@@ -42,7 +45,14 @@ from .model import (
     SyncResult,
     group_member,
 )
-from .offsets import NO_OFFSET, FetchedOffset, OffsetCommit, Offsets, TopicPartition
+from .offsets import (
+    NO_OFFSET,
+    FetchedOffset,
+    OffsetCommit,
+    Offsets,
+    PreparedCommit,
+    TopicPartition,
+)
 from .rebalance import Rebalancer
 from .state import DEAD, EMPTY, PROCEED, STABLE, GroupState, Op, outcome
 from .writer import StateWriter
@@ -340,6 +350,59 @@ class GroupCoordinator:
             (i.topic, i.partition): errors.get((i.topic, i.partition), E.NONE)
             async for i in paced(items)
         }
+
+    # --- transactional offsets (TxnOffsetCommit, applied by the transaction coordinator) ---
+    def check_transactional_member(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> tuple[GroupErrorCode, str]:
+        """TxnOffsetCommit v3+ (KIP-447): a member that names itself must be a member of the
+        group's current generation; a producer without group metadata (generation -1, no
+        member) is not checked, as in Kafka."""
+        if generation < 0 and not member_id and instance_id is None:
+            return E.NONE, ""
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.ILLEGAL_GENERATION, f"group {group_id!r} does not exist"
+        error = group.check_member(member_id, instance_id)
+        if error is not None:
+            return error.code, str(error)
+        if generation != group.generation:
+            return E.ILLEGAL_GENERATION, f"the group's generation is {group.generation}"
+        return E.NONE, ""
+
+    async def commit_transactional(
+        self,
+        group_id: str,
+        offsets: dict[TopicPartition, tuple[int, int, str]],
+        commit_ms: int,
+        replay: bool,
+    ) -> None:
+        """Commit a Kafka transaction's offsets (offset, leader epoch, metadata) with the
+        time its commit was decided. ``replay`` (finishing a recorded commit after a
+        restart): a partition committed later than that is left as it is, so a replay
+        never moves an offset back. Offsets of topics gone since are dropped."""
+        await self.ready()
+        written = None
+        async with self._commit_turn(group_id):
+            topics = await self.offsets.topics({t for t, _ in offsets})
+            current = self.offsets.committed(group_id)
+            rows: dict[TopicPartition, CommittedOffset] = {}
+            updates: dict[tuple[str, str], bytes | None] = {}
+            for (t, p), (offset, leader_epoch, metadata) in offsets.items():
+                info = topics.get(t)
+                before = current.get((t, p))
+                if info is None or (replay and before is not None and before.commit_ms > commit_ms):
+                    continue
+                c = CommittedOffset(
+                    offset, leader_epoch, metadata, commit_ms, bytes(info.metadata.topic_uuid)
+                )
+                rows[(t, p)] = c
+                updates[(OFFSETS_AREA, offset_key(group_id, t, p))] = encode_offset(c)
+            self.groups.setdefault(group_id, Group(group_id))
+            if rows:
+                written = self.offsets.store(PreparedCommit(group_id, rows, updates))
+        if written is not None:
+            await asyncio.shield(written)
 
     @contextlib.asynccontextmanager
     async def _commit_turn(self, group_id: str) -> AsyncIterator[None]:

@@ -1,17 +1,23 @@
 """One module per Kafka API; ROUTES is what the gateway serves (and advertises)."""
 
 from . import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     api_versions,
     create_topics,
     delete_topics,
     describe_configs,
+    describe_transactions,
+    end_txn,
     fetch,
     group_routes,
     init_producer_id,
     list_offsets,
+    list_transactions,
     metadata,
     produce,
+    txn_offset_commit,
 )
 
 ROUTES = [
@@ -26,5 +32,11 @@ ROUTES = [
     describe_configs.ROUTE,
     alter_configs.ROUTE,
     alter_configs.INCREMENTAL_ROUTE,
+    add_partitions_to_txn.ROUTE,
+    add_offsets_to_txn.ROUTE,
+    end_txn.ROUTE,
+    txn_offset_commit.ROUTE,
+    describe_transactions.ROUTE,
+    list_transactions.ROUTE,
     *group_routes.GROUP_ROUTES,
 ]

@@ -1,9 +1,8 @@
-"""InitProducerId for idempotent producers: always a fresh producer id with epoch 0, as
-Kafka answers requests without a transactional id (also a KIP-360 bump request: the
-client then simply continues under the new id, and no client can take over another's).
-
-Kafka transactions (a transactional.id) are not implemented: TMS transactions are
-used through the ``tms.tx.write_pointer`` record header instead."""
+"""InitProducerId. Without a transactional id (idempotence only): a fresh producer id with
+epoch 0, as Kafka answers (also a KIP-360 bump request: the client continues under the
+new id). With one: the transaction coordinator maps it to its producer id and bumps the
+epoch, fencing the previous instance after aborting its open transaction
+(gateway/kafka/txn). Capped at v5: v6 is two-phase commit (KIP-939)."""
 
 from __future__ import annotations
 
@@ -13,22 +12,35 @@ from tmsgate.protocol import ApiKey, ErrorCode
 
 from ..context import RequestContext
 from ..routes import Route
+from ..txn import TxnError, for_version
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
-    if req.transactional_id is not None:
-        # Kafka tells null (idempotence only) from "": an empty id is INVALID_REQUEST.
-        empty = req.transactional_id == ""
+    tid = req.transactional_id
+    if tid is None:
+        pid = await ctx.broker.producers.allocate_id()
         return ctx.response(
-            throttle_time_ms=0,
-            error_code=ErrorCode.INVALID_REQUEST if empty else ErrorCode.UNSUPPORTED_VERSION,
-            producer_id=-1,
-            producer_epoch=-1,
+            throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0
         )
-    pid = await ctx.broker.producers.allocate_id()
+    if tid == "":  # Kafka tells null (idempotence only) from "": INVALID_REQUEST
+        return _refused(ctx, ErrorCode.INVALID_REQUEST)
+    v3 = ctx.version >= 3
+    try:
+        pid, epoch = await ctx.broker.txns.init_producer(
+            tid,
+            req.transaction_timeout_ms,
+            req.producer_id if v3 else -1,
+            req.producer_epoch if v3 else -1,
+        )
+    except TxnError as exc:
+        return _refused(ctx, for_version(exc.code, ctx.version, 4))
     return ctx.response(
-        throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0
+        throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=epoch
     )
+
+
+def _refused(ctx: RequestContext, code: ErrorCode) -> Any:
+    return ctx.response(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
 
 
 ROUTE = Route(ApiKey.INIT_PRODUCER_ID, 0, 5, handle)

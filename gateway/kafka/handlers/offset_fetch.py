@@ -51,8 +51,27 @@ async def _topics(
     ]
 
 
-async def _one_group(ctx: RequestContext, group_id: str, topics: Any) -> Any:
+_UNSTABLE = FetchedOffset(error=GroupErrorCode.UNSTABLE_OFFSET_COMMIT)
+
+
+async def _stable_only(ctx: RequestContext, group_id: str, fetched: Fetched) -> Fetched:
+    """require_stable (v7+): partitions whose offsets an open Kafka transaction will
+    commit get UNSTABLE_OFFSET_COMMIT (retriable) instead of the offset before it."""
+    unstable = ctx.broker.txns.unstable_offsets(group_id)
+    if not unstable:
+        return fetched
+    return [
+        (name, [(p, _UNSTABLE if (name, p) in unstable else f) for p, f in parts])
+        async for name, parts in ctx.broker.paced(fetched)
+    ]
+
+
+async def _one_group(
+    ctx: RequestContext, group_id: str, topics: Any, require_stable: bool = False
+) -> Any:
     code, fetched = await ctx.broker.groups.fetch_offsets(group_id, await _wanted(ctx, topics))
+    if require_stable:
+        fetched = await _stable_only(ctx, group_id, fetched)
     return _Group(
         group_id=group_id,
         topics=await _topics(ctx, fetched, _GroupTopic, _GroupPartition, GroupErrorCode.NONE),
@@ -63,12 +82,15 @@ async def _one_group(ctx: RequestContext, group_id: str, topics: Any) -> Any:
 async def handle(ctx: RequestContext, req: Any) -> Any:
     if ctx.version >= 8:
         groups = [
-            await _one_group(ctx, g.group_id, g.topics) async for g in ctx.broker.paced(req.groups)
+            await _one_group(ctx, g.group_id, g.topics, req.require_stable)
+            async for g in ctx.broker.paced(req.groups)
         ]
         return ctx.response(throttle_time_ms=0, groups=groups)
     code, fetched = await ctx.broker.groups.fetch_offsets(
         req.group_id, await _wanted(ctx, req.topics)
     )
+    if ctx.version >= 7 and req.require_stable:
+        fetched = await _stable_only(ctx, req.group_id, fetched)
     # v1 has no top-level error: a group error goes on every partition.
     partition_error = code if ctx.version < 2 else GroupErrorCode.NONE
     topics = await _topics(ctx, fetched, _Topic, _Partition, partition_error)

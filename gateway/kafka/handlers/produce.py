@@ -32,6 +32,7 @@ from ..producers import BatchRecord, check
 from ..records import to_entries
 from ..routes import Route
 from ..topics import TopicInfo
+from ..txn import TxnError
 
 log = logging.getLogger("tmsgate.kafka.produce")
 # Failed produces are logged once with their cause, then counted (a full disk refuses
@@ -58,6 +59,8 @@ async def _duplicate(rec: BatchRecord, log_append: bool) -> Outcome:
         except Exception as exc:
             code, message = error_of(exc, "produce (duplicate of a failed batch)", FAILURES)
             return _fail(code, message)
+    if rec.transactional:
+        return Outcome(ErrorCode.NONE)  # its offsets come with the commit
     if rec.base_offset < 0:
         # Persisted state from an older version that did not record offsets: Kafka
         # answers the same when it lacks a batch's metadata.
@@ -88,15 +91,12 @@ async def _prepare(
         batch: ProducedBatch = decode_batch(views[0])
     except ProtocolError as exc:
         return _fail(getattr(exc, "code", ErrorCode.CORRUPT_MESSAGE), str(exc))
-    if batch.is_transactional:
-        return _fail(
-            ErrorCode.INVALID_RECORD,
-            "Kafka transactions are not supported; use the tms.tx.write_pointer header",
-        )
     try:
         entries, wp = to_entries(batch.records)
     except ProtocolError as exc:
         return _fail(getattr(exc, "code", ErrorCode.INVALID_RECORD), str(exc))
+    if batch.is_transactional:
+        return await _prepare_transactional(ctx, info, batch, entries, wp)
     log_append = info.config.log_append_time
     state = rec = key = None
     if batch.is_idempotent:
@@ -126,6 +126,70 @@ async def _prepare(
         and batch.records[0].timestamp >= 0
     )
     return asyncio.ensure_future(_complete(ctx, info, fut, rec, key, batch, log_append, cacheable))
+
+
+async def _prepare_transactional(
+    ctx: RequestContext, info: TopicInfo, batch: ProducedBatch, entries: list[Any], wp: int | None
+) -> Outcome | asyncio.Future[Outcome]:
+    """A Kafka transaction's batch: into the PayloadTable under the transaction's write
+    pointer, where no reader sees it until EndTxn commits (gateway/kafka/txn). The
+    response has no offset (-1): the records get theirs at the commit."""
+    broker = ctx.broker
+    if wp is not None:
+        return _fail(
+            ErrorCode.INVALID_RECORD,
+            "records of a Kafka transaction cannot also carry the tms.tx.write_pointer header",
+        )
+    if not batch.is_idempotent:
+        return _fail(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
+    try:
+        await broker.txns.ready()
+    except TxnError as exc:
+        return _fail(exc.code, str(exc))
+    key = broker.producers.key(info, batch.producer_id)
+    entry = await broker.producers.entry(key)
+    # No await from here to store_async: EndTxn must not come between the check that the
+    # transaction is open and the write (it would not count these records).
+    try:
+        wp = broker.txns.write_pointer_for(batch.producer_id, batch.producer_epoch, info.name)
+    except TxnError as exc:
+        return _fail(exc.code, str(exc))
+    verdict = check(entry, batch)
+    if verdict.duplicate is not None:
+        return asyncio.ensure_future(_duplicate(verdict.duplicate, False))
+    if verdict.error:
+        return _fail(verdict.error, verdict.message or verdict.error.name)
+    rec, _durable_state = broker.producers.record(key, entry, batch)  # kept in memory only
+    try:
+        fut = broker.store.store_async(info.id, entries, wp)
+    except Exception as exc:
+        broker.producers.failed(key, rec, exc)
+        return _fail(*error_of(exc, f"produce to {info.id} in transaction {wp}", FAILURES))
+    return asyncio.ensure_future(_complete_stored(ctx, info, fut, rec, key, batch))
+
+
+async def _complete_stored(
+    ctx: RequestContext,
+    info: TopicInfo,
+    fut: Any,
+    rec: BatchRecord,
+    key: str,
+    batch: ProducedBatch,
+) -> Outcome:
+    broker = ctx.broker
+    try:
+        await broker.wait_future(fut)
+    except asyncio.CancelledError:
+        broker.producers.failed(key, rec, StorageError("the produce was cancelled"))
+        raise
+    except Exception as exc:
+        broker.producers.failed(key, rec, exc)
+        return _fail(*error_of(exc, f"produce to {info.id} (transactional)", FAILURES))
+    FAILURES.succeeded()
+    broker.producers.completed(rec, -1, -1)
+    broker.metrics.produced_messages.inc(len(batch.records))
+    broker.metrics.produced_bytes.inc(batch.size)
+    return Outcome(ErrorCode.NONE)
 
 
 async def _complete(

@@ -1,0 +1,48 @@
+"""AddPartitionsToTxn: the topics a transactional producer is about to write. The first
+call of a transaction starts its TMS transaction. Capped at v3: v4+ is the batched,
+broker-to-broker form (KIP-890), which clients do not send."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.producer.transaction import AddPartitionsToTxnResponse
+from tmsgate.protocol import ApiKey, ErrorCode
+
+from ..context import RequestContext
+from ..routes import Route
+from ..txn import TxnError, for_version
+
+_Topic = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+_Partition = _Topic.AddPartitionsToTxnPartitionResult
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    paced = ctx.broker.paced
+    topics = [(t.name, list(t.partitions)) async for t in paced(req.v3_and_below_topics)]
+    try:
+        codes = await ctx.broker.txns.add_partitions(
+            req.v3_and_below_transactional_id,
+            req.v3_and_below_producer_id,
+            req.v3_and_below_producer_epoch,
+            topics,
+        )
+    except TxnError as exc:
+        code = for_version(exc.code, ctx.version, 2)
+        codes = {(t, p): code for t, ps in topics for p in ps}
+    results = [
+        _Topic(
+            name=name,
+            results_by_partition=[
+                _Partition(partition_index=p, partition_error_code=codes.get((name, p), 0))
+                for p in partitions
+            ],
+        )
+        async for name, partitions in paced(topics)
+    ]
+    for code in set(codes.values()) - {ErrorCode.NONE}:
+        ctx.broker.metrics.partition_errors.labels("AddPartitionsToTxn", code.name).inc()
+    return ctx.response(throttle_time_ms=0, results_by_topic_v3_and_below=results)
+
+
+ROUTE = Route(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, handle)

@@ -1,0 +1,54 @@
+"""DescribeTransactions (``kafka-transactions.sh describe``): a transactional id's state,
+producer, timeout, start time and topics; TRANSACTIONAL_ID_NOT_FOUND for unknown ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin.transactions import DescribeTransactionsResponse
+from tmsgate.protocol import ApiKey, ErrorCode
+
+from ..context import RequestContext
+from ..routes import Route
+from ..txn import TxnError
+
+_State = DescribeTransactionsResponse.TransactionState
+_Topic = _State.TopicData
+
+
+def _describe(ctx: RequestContext, tid: str, loaded: ErrorCode) -> Any:
+    rec = ctx.broker.txns.describe(tid) if not loaded else None
+    if rec is None:
+        return _State(
+            error_code=loaded or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+            transactional_id=tid,
+            transaction_state="",
+            transaction_timeout_ms=0,
+            transaction_start_time_ms=-1,
+            producer_id=-1,
+            producer_epoch=-1,
+            topics=[],
+        )
+    return _State(
+        error_code=ErrorCode.NONE,
+        transactional_id=tid,
+        transaction_state=rec.state.value,
+        transaction_timeout_ms=rec.timeout_ms,
+        transaction_start_time_ms=rec.started_ms,
+        producer_id=rec.producer_id,
+        producer_epoch=rec.epoch,
+        topics=[_Topic(topic=t, partitions=[0]) for t in sorted(rec.topics)],
+    )
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    loaded = ErrorCode.NONE
+    try:
+        await ctx.broker.txns.ready()
+    except TxnError as exc:
+        loaded = exc.code
+    states = [_describe(ctx, tid, loaded) async for tid in ctx.broker.paced(req.transactional_ids)]
+    return ctx.response(throttle_time_ms=0, transaction_states=states)
+
+
+ROUTE = Route(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, handle)

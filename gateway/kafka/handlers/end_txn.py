@@ -1,0 +1,28 @@
+"""EndTxn: commit (every topic of the transaction and its group offsets become visible at
+once, in recoverable steps: gateway/kafka/txn/coordinator.py) or abort (nothing ever
+becomes visible). Answered once the outcome is durable. Capped at v4: v5 bumps the epoch
+on every transaction (transactions v2, KIP-890)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tmsgate.protocol import ApiKey, ErrorCode
+
+from ..context import RequestContext
+from ..routes import Route
+from ..txn import TxnError, for_version
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    code = ErrorCode.NONE
+    try:
+        await ctx.broker.txns.end(
+            req.transactional_id, req.producer_id, req.producer_epoch, req.committed
+        )
+    except TxnError as exc:
+        code = for_version(exc.code, ctx.version, 2)
+    return ctx.response(throttle_time_ms=0, error_code=code)
+
+
+ROUTE = Route(ApiKey.END_TXN, 0, 4, handle)

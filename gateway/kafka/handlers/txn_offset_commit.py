@@ -1,0 +1,83 @@
+"""TxnOffsetCommit: a transactional producer's offsets for a consumer group, held by the
+transaction and committed with it (EndTxn). v3+ names the group member (KIP-447), which
+must belong to the group's current generation. Capped at v4: v5 goes with transactions
+v2 (KIP-890)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.producer.transaction import TxnOffsetCommitResponse
+from tmsgate.protocol import ApiKey, ErrorCode
+
+from ..context import RequestContext
+from ..groups import OffsetCommit
+from ..routes import Route
+from ..txn import PendingOffset, TxnError, for_version
+
+_Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+_Partition = _Topic.TxnOffsetCommitResponsePartition
+
+
+async def _codes(ctx: RequestContext, req: Any, items: list[OffsetCommit]) -> dict[Any, int]:
+    broker = ctx.broker
+    v = ctx.version
+    try:
+        await broker.groups.ready()
+        await broker.txns.ready()
+    except Exception as exc:
+        return dict.fromkeys(((i.topic, i.partition) for i in items), getattr(exc, "code", 15))
+    if v >= 3:
+        code, _ = broker.groups.check_transactional_member(
+            req.group_id, req.generation_id, req.member_id, req.group_instance_id
+        )
+        if code:
+            return dict.fromkeys(((i.topic, i.partition) for i in items), code)
+    offsets = broker.groups.offsets
+    topics = await offsets.topics(i.topic for i in items)
+    codes: dict[Any, int] = dict(await offsets.check(items, topics))
+    # No await from here on: the transaction must not end between the check and the put.
+    try:
+        pending = broker.txns.pending_offsets(
+            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
+        )
+    except TxnError as exc:
+        return dict.fromkeys(((i.topic, i.partition) for i in items), for_version(exc.code, v, 3))
+    for i in items:
+        tp = (i.topic, i.partition)
+        if tp not in codes:
+            pending[tp] = PendingOffset(i.offset, i.leader_epoch, i.metadata or "")
+            codes[tp] = ErrorCode.NONE
+    return codes
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    paced = ctx.broker.paced
+    items = [
+        OffsetCommit(
+            topic=t.name,
+            partition=p.partition_index,
+            offset=p.committed_offset,
+            leader_epoch=p.committed_leader_epoch if ctx.version >= 2 else -1,
+            metadata=p.committed_metadata,
+        )
+        async for t in paced(req.topics)
+        async for p in paced(t.partitions)
+    ]
+    codes = await _codes(ctx, req, items)
+    topics = [
+        _Topic(
+            name=t.name,
+            partitions=[
+                _Partition(
+                    partition_index=p.partition_index, error_code=codes[(t.name, p.partition_index)]
+                )
+                async for p in paced(t.partitions)
+            ],
+        )
+        async for t in paced(req.topics)
+    ]
+    return ctx.response(throttle_time_ms=0, topics=topics)
+
+
+ROUTE = Route(ApiKey.TXN_OFFSET_COMMIT, 0, 4, handle)

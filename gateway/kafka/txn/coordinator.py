@@ -1,0 +1,491 @@
+"""The transaction coordinator: Kafka's transaction protocol over TMS transactions.
+
+A Kafka transaction IS a TMS transaction (the store's one TransactionManager, which the
+HTTP API and SDK use too, so ``GET /v1/transactions`` lists it). Its records go to the
+PayloadTable under the transaction's write pointer, invisible to everyone; EndTxn(commit)
+makes each topic's records one sealed reference row (a run of dense offsets, held from
+every reader until the TMS commit) and commits the TMS transaction, which makes every
+topic visible at once; the group offsets follow. docs/transactions.md has the whole
+mapping; the steps of a commit:
+
+  1. decide      TransactionManager.decide(wp): no timeout or abort can end it now
+  2. record      the transactional id's row in state PrepareCommit (one row: the decision)
+  3. reference   Store.publish_sealed_async per topic (idempotent)
+  4. commit      TransactionManager.commit_async(wp): every topic visible at once
+  5. offsets     the group offsets, committed with the decision's time
+  6. complete    the row in state CompleteCommit
+
+Each step is durable before the next starts and each is idempotent, so a restart that
+finds a row in PrepareCommit runs steps 3-6 again (``recover``); without a recorded
+decision (a row still Ongoing) the transaction is aborted and the producer fenced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import quote, unquote
+
+from tmsgate.protocol import ErrorCode
+from tmsgate.storage import StorageError, TopicNotFound, TransactionNotInProgress
+from tmsgate.storage.transactions import COMMITTED
+
+from .model import (
+    TXN_AREA,
+    CorruptTxnRecord,
+    PendingOffset,
+    TopicPartition,
+    TxnRecord,
+    TxnState,
+    decode_record,
+    encode_record,
+)
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger("tmsgate.kafka.txn")
+E = ErrorCode
+T = TypeVar("T")
+MAX_EPOCH = 32766  # Kafka: at Short.MAX_VALUE - 1 the producer gets a new id
+DEFAULT_MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
+
+
+@dataclass(frozen=True, slots=True)
+class TxnConfig:
+    max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS
+
+
+class TxnError(Exception):
+    """A request refused with a Kafka error code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def for_version(code: ErrorCode, version: int, fenced_since: int) -> ErrorCode:
+    """PRODUCER_FENCED came with KIP-588; older request versions get INVALID_PRODUCER_EPOCH
+    (InitProducerId < v4, AddPartitionsToTxn/AddOffsetsToTxn/EndTxn < v2, TxnOffsetCommit
+    < v3), as Kafka answers them."""
+    if code is E.PRODUCER_FENCED and version < fenced_since:
+        return E.INVALID_PRODUCER_EPOCH
+    return code
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TxnCoordinator:
+    def __init__(self, broker: Broker, config: TxnConfig | None = None) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.config = config or TxnConfig()
+        self._by_id: dict[str, TxnRecord] = {}
+        self._by_pid: dict[int, TxnRecord] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._loading: asyncio.Task[None] | None = None
+        self.counts = {"committed": 0, "aborted": 0, "timed_out": 0, "recovered": 0}
+        # Tests stop a commit between two steps (kill -9 at every step): called with the
+        # step's name once the step before it is durable.
+        self.before_step: Callable[[str], Awaitable[None]] | None = None
+
+    # --- life cycle ------------------------------------------------------------------------
+    async def ready(self) -> None:
+        """Load the records once, finishing decided commits and aborting open transactions
+        (the gateway's start-up awaits this before it listens)."""
+        if self._loading is None:
+            self._loading = asyncio.get_running_loop().create_task(self._load())
+        try:
+            await asyncio.shield(self._loading)
+        except Exception as exc:
+            self._loading = None
+            log.error("loading Kafka transactions failed: %s", exc)
+            raise TxnError(E.COORDINATOR_NOT_AVAILABLE, f"loading transactions: {exc}") from exc
+
+    async def _load(self) -> None:
+        rows = await self.broker.run(self.store.scan_state, TXN_AREA)
+        for key, raw in rows:
+            try:
+                self._register(decode_record(unquote(key), raw))
+            except CorruptTxnRecord as exc:
+                log.error("skipping transaction record %r: %s", key, exc)
+        for rec in list(self._by_id.values()):
+            if rec.state is TxnState.PREPARE_COMMIT:
+                log.info(
+                    "transactional id %r: finishing the commit of write pointer %d decided "
+                    "before the restart",
+                    rec.transactional_id,
+                    rec.write_pointer,
+                )
+                if self._redecide(rec):
+                    await self._apply_commit(rec, replay=True)
+                    self.counts["recovered"] += 1
+                else:
+                    await self._persist(rec)
+            elif rec.state.is_open:
+                log.info(
+                    "transactional id %r: aborting write pointer %d, open when the gateway "
+                    "stopped; producer %d fenced",
+                    rec.transactional_id,
+                    rec.write_pointer,
+                    rec.producer_id,
+                )
+                await self._abort(rec, fence=True)
+        log.info("loaded %d transactional ids", len(self._by_id))
+
+    def _redecide(self, rec: TxnRecord) -> bool:
+        """After a restart: the decision of a recorded commit holds again (unless the TMS
+        commit already happened, which the replay then skips)."""
+        manager = self.store.transactions
+        state = manager.state(rec.write_pointer)
+        if state == COMMITTED:
+            return True
+        try:
+            manager.decide(rec.write_pointer, recovering=True)
+            return True
+        except TransactionNotInProgress as exc:
+            # Cannot happen (a decided transaction is never aborted or invalidated), but
+            # a gateway must start: the transaction is reported lost, not half applied.
+            log.error(
+                "transactional id %r: commit of write pointer %d was decided but the "
+                "transaction is %s; dropping it",
+                rec.transactional_id,
+                rec.write_pointer,
+                exc.state,
+            )
+            rec.clear_transaction(TxnState.COMPLETE_ABORT, now_ms())
+            return False
+
+    def _register(self, rec: TxnRecord) -> None:
+        old = self._by_id.get(rec.transactional_id)
+        if old is not None and self._by_pid.get(old.producer_id) is old:
+            del self._by_pid[old.producer_id]
+        self._by_id[rec.transactional_id] = rec
+        self._by_pid[rec.producer_id] = rec
+
+    def _lock(self, transactional_id: str) -> asyncio.Lock:
+        lock = self._locks.get(transactional_id)
+        if lock is None:
+            lock = self._locks[transactional_id] = asyncio.Lock()
+        return lock
+
+    async def _persist(self, rec: TxnRecord) -> None:
+        key = quote(rec.transactional_id, safe="")
+        await self.broker.run(self.store.put_state, TXN_AREA, key, encode_record(rec))
+
+    async def _step(self, name: str) -> None:
+        if self.before_step is not None:
+            await self.before_step(name)
+
+    # --- InitProducerId ----------------------------------------------------------------------
+    async def init_producer(
+        self, transactional_id: str, timeout_ms: int, producer_id: int, epoch: int
+    ) -> tuple[int, int]:
+        """-> (producer id, epoch). Each call bumps the epoch, fencing the previous
+        instance, after aborting its open transaction. ``producer_id``/``epoch`` (v3+,
+        KIP-360): a producer asking to bump its own epoch; -1 for a new instance."""
+        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+            raise TxnError(
+                E.INVALID_TRANSACTION_TIMEOUT,
+                f"transaction.timeout.ms={timeout_ms} is not within "
+                f"1..{self.config.max_timeout_ms} (transaction.max.timeout.ms)",
+            )
+        await self.ready()
+        async with self._lock(transactional_id):
+            rec = self._by_id.get(transactional_id)
+            if rec is None:
+                pid = await self.broker.producers.allocate_id()
+                rec = TxnRecord(transactional_id, pid, 0, timeout_ms, updated_ms=now_ms())
+                await self._persist(rec)
+                self._register(rec)
+                return rec.producer_id, rec.epoch
+            if producer_id >= 0 and (producer_id, epoch) != (rec.producer_id, rec.epoch):
+                raise TxnError(
+                    E.PRODUCER_FENCED,
+                    f"producer {producer_id} epoch {epoch} is not the current instance of "
+                    f"{transactional_id!r} ({rec.producer_id} epoch {rec.epoch})",
+                )
+            if rec.state.is_open:
+                await self._abort(rec, fence=False)
+            await self._bump(rec)
+            rec.timeout_ms = timeout_ms
+            rec.clear_transaction(TxnState.EMPTY, now_ms())
+            await self._persist(rec)
+            return rec.producer_id, rec.epoch
+
+    async def _bump(self, rec: TxnRecord) -> None:
+        if rec.epoch >= MAX_EPOCH:
+            # A new producer id, as Kafka does; the old one fenced with it.
+            self._by_pid.pop(rec.producer_id, None)
+            rec.producer_id = await self.broker.producers.allocate_id()
+            rec.epoch = 0
+            self._by_pid[rec.producer_id] = rec
+        else:
+            rec.epoch += 1
+
+    # --- the transaction's members ----------------------------------------------------------
+    def _current(self, transactional_id: str, producer_id: int, epoch: int) -> TxnRecord:
+        rec = self._by_id.get(transactional_id)
+        if rec is None or rec.producer_id != producer_id:
+            raise TxnError(
+                E.INVALID_PRODUCER_ID_MAPPING,
+                f"producer {producer_id} is not the producer of transactional id "
+                f"{transactional_id!r} (InitProducerId first)",
+            )
+        if epoch != rec.epoch:
+            raise TxnError(
+                E.PRODUCER_FENCED,
+                f"producer epoch {epoch} of {transactional_id!r} was fenced by epoch {rec.epoch}",
+            )
+        if rec.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            raise TxnError(
+                E.CONCURRENT_TRANSACTIONS,
+                f"the transaction of {transactional_id!r} is still ending ({rec.state.value})",
+            )
+        return rec
+
+    async def _begin(self, rec: TxnRecord) -> None:
+        if rec.state is TxnState.ONGOING:
+            return
+        manager = self.store.transactions
+        # A second more than Kafka's timeout: the coordinator's own expiry (which fences the
+        # producer, as Kafka does) normally gets there first.
+        tx = await asyncio.wrap_future(manager.start_async(rec.timeout_ms / 1000 + 1.0))
+        rec.clear_transaction(TxnState.ONGOING, now_ms())
+        rec.write_pointer, rec.started_ms = tx.write_pointer, rec.updated_ms
+        # Durable before the first record is accepted: a restart must find it to abort it.
+        await self._persist(rec)
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        topics: list[tuple[str, list[int]]],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn: per-partition codes. One unknown partition fails the
+        request: the others get OPERATION_NOT_ATTEMPTED, as in Kafka."""
+        await self.ready()
+        async with self._lock(transactional_id):
+            rec = self._current(transactional_id, producer_id, epoch)
+            codes: dict[TopicPartition, ErrorCode] = {}
+            async for name, partitions in self.broker.paced(topics):
+                info, code = await self.broker.topics.resolve(name)
+                for p in partitions:
+                    codes[(name, p)] = code if info is None else E.NONE
+                    if info is not None and p != 0:
+                        codes[(name, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
+            if any(codes.values()):
+                return {tp: c or E.OPERATION_NOT_ATTEMPTED for tp, c in codes.items()}
+            await self._begin(rec)
+            rec.topics.update(t for t, _ in codes)
+            return codes
+
+    async def add_offsets(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> None:
+        """AddOffsetsToTxn: the group's offsets will commit with the transaction."""
+        await self.ready()
+        async with self._lock(transactional_id):
+            rec = self._current(transactional_id, producer_id, epoch)
+            await self._begin(rec)
+            rec.groups.add(group_id)
+
+    def pending_offsets(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> dict[TopicPartition, PendingOffset]:
+        """TxnOffsetCommit: where the transaction keeps the group's offsets until EndTxn
+        (the caller fills it, after the group's own checks)."""
+        rec = self._current(transactional_id, producer_id, epoch)
+        if rec.state is not TxnState.ONGOING or group_id not in rec.groups:
+            raise TxnError(
+                E.INVALID_TXN_STATE,
+                f"group {group_id!r} was not added to the transaction of "
+                f"{transactional_id!r} (AddOffsetsToTxn first)",
+            )
+        return rec.offsets.setdefault(group_id, {})
+
+    def unstable_offsets(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of the group with offsets an open transaction will commit
+        (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for those)."""
+        out: set[TopicPartition] = set()
+        for rec in self._by_id.values():
+            if rec.state.is_open:
+                out.update(rec.pending_for(group_id))
+        return out
+
+    def write_pointer_for(self, producer_id: int, epoch: int, topic: str) -> int:
+        """Produce: the write pointer a transactional batch is stored under."""
+        rec = self._by_pid.get(producer_id)
+        if rec is None:
+            raise TxnError(
+                E.INVALID_PRODUCER_ID_MAPPING,
+                f"producer {producer_id} has no transactional id (InitProducerId first)",
+            )
+        if epoch != rec.epoch:
+            raise TxnError(
+                E.INVALID_PRODUCER_EPOCH,
+                f"producer epoch {epoch} of {rec.transactional_id!r} is not the current "
+                f"epoch {rec.epoch} (fenced, or its transaction was aborted)",
+            )
+        if rec.state is not TxnState.ONGOING or topic not in rec.topics:
+            raise TxnError(
+                E.INVALID_TXN_STATE,
+                f"topic {topic!r} is not part of an open transaction of "
+                f"{rec.transactional_id!r} (AddPartitionsToTxn first)",
+            )
+        return rec.write_pointer
+
+    # --- EndTxn -----------------------------------------------------------------------------
+    async def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+        await self.ready()
+        async with self._lock(transactional_id):
+            rec = self._by_id.get(transactional_id)
+            if rec is not None and rec.state is TxnState.PREPARE_COMMIT and commit:
+                # A commit whose steps failed (storage error): the client retries.
+                self._current_ids(rec, transactional_id, producer_id, epoch)
+                await self._apply_commit(rec, replay=False)
+                return
+            rec = self._current(transactional_id, producer_id, epoch)
+            done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            if rec.state is done:
+                return  # a retry of the request that ended it
+            if rec.state is not TxnState.ONGOING:
+                raise TxnError(
+                    E.INVALID_TXN_STATE,
+                    f"{'commit' if commit else 'abort'} of {transactional_id!r} in state "
+                    f"{rec.state.value}",
+                )
+            if not commit:
+                await self._abort(rec, fence=False)
+                return
+            try:
+                self.store.transactions.decide(rec.write_pointer)
+            except TransactionNotInProgress:
+                # Timed out (the transaction manager got there first): aborted, fenced.
+                await self._abort(rec, fence=True)
+                self.counts["timed_out"] += 1
+                raise TxnError(
+                    E.PRODUCER_FENCED,
+                    f"the transaction of {transactional_id!r} timed out and was aborted",
+                ) from None
+            rec.state, rec.decided_ms = TxnState.PREPARE_COMMIT, now_ms()
+            await self._apply_commit(rec, replay=False)
+
+    @staticmethod
+    def _current_ids(rec: TxnRecord, transactional_id: str, producer_id: int, epoch: int) -> None:
+        if rec.producer_id != producer_id or rec.epoch != epoch:
+            raise TxnError(
+                E.PRODUCER_FENCED, f"producer {producer_id} epoch {epoch} of {transactional_id!r}"
+            )
+
+    async def _apply_commit(self, rec: TxnRecord, replay: bool) -> None:
+        """Steps 2-6 of a commit (the module docstring); each is durable before the next,
+        and each may run again. On a storage error the record stays PrepareCommit (a
+        retried EndTxn, or the next start, carries on) and the client is told to retry."""
+        wp = rec.write_pointer
+        try:
+            if not replay:
+                await self._step("record")
+                await self._persist(rec)  # the decision
+            await self._step("reference")
+            referenced = await asyncio.gather(
+                *(self._reference(topic, wp) for topic in sorted(rec.topics))
+            )
+            await self._step("commit")
+            try:
+                await asyncio.wrap_future(self.store.transactions.commit_async(wp))
+            except TransactionNotInProgress as exc:
+                if exc.state != COMMITTED:  # committed: a replay after this step
+                    raise
+            await self._step("offsets")
+            for group_id, offsets in sorted(rec.offsets.items()):
+                await self.broker.groups.commit_transactional(
+                    group_id,
+                    {tp: (o.offset, o.leader_epoch, o.metadata) for tp, o in offsets.items()},
+                    rec.decided_ms,
+                    replay,
+                )
+            await self._step("complete")
+            records = sum(referenced)
+            rec.clear_transaction(TxnState.COMPLETE_COMMIT, now_ms())
+            await self._persist(rec)
+        except (StorageError, OSError) as exc:
+            log.error(
+                "commit of %r (write pointer %d) stopped: %s; it is finished by a retried "
+                "EndTxn or at the next start",
+                rec.transactional_id,
+                wp,
+                exc,
+            )
+            raise TxnError(E.COORDINATOR_NOT_AVAILABLE, f"commit not finished: {exc}") from exc
+        self.counts["committed"] += 1
+        log.debug("committed %r wp=%d: %d records", rec.transactional_id, wp, records)
+
+    async def _reference(self, topic: str, wp: int) -> int:
+        tid = self.broker.topics.topic_id(topic)
+        try:
+            return await asyncio.wrap_future(self.store.publish_sealed_async(tid, wp))
+        except TopicNotFound:
+            log.warning("transaction %d: topic %r was deleted before the commit", wp, topic)
+            return 0
+
+    async def _abort(self, rec: TxnRecord, fence: bool) -> None:
+        """Abort the open transaction: its PayloadTable rows are never referenced and its
+        write pointer joins the invalid list. ``fence``: bump the epoch too (a timeout, a
+        restart), so the producer learns its transaction is gone."""
+        wp = rec.write_pointer
+        if wp:
+            # Timed out in the transaction manager already: invalid either way.
+            with contextlib.suppress(TransactionNotInProgress):
+                await asyncio.wrap_future(self.store.transactions.abort_async(wp))
+        if fence:
+            await self._bump(rec)
+        rec.clear_transaction(TxnState.COMPLETE_ABORT, now_ms())
+        await self._persist(rec)
+        self.counts["aborted"] += 1
+
+    async def expire(self) -> list[str]:
+        """Abort (and fence) every transaction open longer than its timeout."""
+        if self._loading is None or not self._loading.done():
+            return []
+        now = now_ms()
+        expired = []
+        for rec in list(self._by_id.values()):
+            if rec.state is TxnState.ONGOING and now > rec.started_ms + rec.timeout_ms:
+                async with self._lock(rec.transactional_id):
+                    if rec.state is TxnState.ONGOING and now > rec.started_ms + rec.timeout_ms:
+                        await self._abort(rec, fence=True)
+                        self.counts["timed_out"] += 1
+                        expired.append(rec.transactional_id)
+        return expired
+
+    # --- DescribeTransactions / ListTransactions --------------------------------------------
+    def describe(self, transactional_id: str) -> TxnRecord | None:
+        return self._by_id.get(transactional_id)
+
+    def list(
+        self, states: Iterable[str], producer_ids: Iterable[int], min_duration_ms: int
+    ) -> list[TxnRecord]:
+        wanted_states, wanted_pids = set(states), set(producer_ids)
+        now = now_ms()
+        return [
+            rec
+            for rec in self._by_id.values()
+            if (not wanted_states or rec.state.value in wanted_states)
+            and (not wanted_pids or rec.producer_id in wanted_pids)
+            and (
+                min_duration_ms < 0
+                or (rec.state.is_open and now - rec.started_ms >= min_duration_ms)
+            )
+        ]
+
+    def open_count(self) -> int:
+        return sum(1 for rec in self._by_id.values() if rec.state.is_open)
