@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from prometheus_client import CollectorRegistry
 from tmsgate.storage import Store, open_store
 
+from . import faults
 from .kafka.broker import Broker
 from .kafka.config import GatewayConfig
 from .kafka.metrics import Metrics
@@ -156,6 +157,7 @@ async def serve(
     )
     try:
         services = Services(store, kafka)
+        faults.install_from_env(services)
     except BaseException:
         store.close()
         raise
