@@ -144,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how often expired and deleted data is removed from disk (0: never)",
     )
     s.add_argument(
+        "--transaction-max-timeout-ms",
+        type=int,
+        default=int(_env("TMSGATE_TRANSACTION_MAX_TIMEOUT_MS", "900000") or 0),
+        help="the longest transaction.timeout.ms a Kafka transactional producer may ask "
+        "for (Kafka's transaction.max.timeout.ms; env TMSGATE_TRANSACTION_MAX_TIMEOUT_MS)",
+    )
+    s.add_argument(
         "--disk-reserve-mb",
         type=int,
         default=int(_env("TMSGATE_DISK_RESERVE_MB", "64") or 0),
@@ -183,6 +190,7 @@ def _config(args: argparse.Namespace) -> object:
         fetch_cache_bytes=max(0, args.fetch_cache_mb) << 20,
         janitor_interval_s=args.janitor_interval_s,
         disk_reserve_bytes=max(0, args.disk_reserve_mb) << 20,
+        transaction_max_timeout_ms=args.transaction_max_timeout_ms,
     )
 
 

@@ -51,6 +51,17 @@ class Metrics:
         )
         self._per_api: dict[str, tuple[Callable[[], None], Callable[[float], None]]] = {}
         self.connections = Gauge("tmsgate_kafka_connections", "Open client connections", registry=r)
+        self.transactions_ended = Counter(
+            "tmsgate_kafka_transactions",
+            "Kafka transactions ended, by outcome (committed, aborted, timed_out, recovered)",
+            ["outcome"],
+            registry=r,
+        )
+        self.transactions_open = Gauge(
+            "tmsgate_kafka_transactions_open",
+            "Kafka transactional ids with a transaction open (Ongoing or ending)",
+            registry=r,
+        )
         self.bad_frames = Counter(
             "tmsgate_kafka_bad_frames",
             "Connections closed for malformed or oversized frames",

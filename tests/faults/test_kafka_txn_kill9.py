@@ -49,7 +49,7 @@ def read_all(bootstrap: str, topic: str, isolation: str) -> list[tuple[int, byte
     )
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         out: list[tuple[int, bytes]] = []
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -91,7 +91,8 @@ class TxnCoordinator:
         self._by_pid: dict[int, TxnRecord] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: asyncio.Task[None] | None = None
-        self.counts = {"committed": 0, "aborted": 0, "timed_out": 0, "recovered": 0}
+        self._ended = broker.metrics.transactions_ended
+        broker.metrics.transactions_open.set_function(self.open_count)
         # Tests stop a commit between two steps (kill -9 at every step): called with the
         # step's name once the step before it is durable.
         self.before_step: Callable[[str], Awaitable[None]] | None = None
@@ -126,7 +127,7 @@ class TxnCoordinator:
                 )
                 if self._redecide(rec):
                     await self._apply_commit(rec, replay=True)
-                    self.counts["recovered"] += 1
+                    self._ended.labels("recovered").inc()
                 else:
                     await self._persist(rec)
             elif rec.state.is_open:
@@ -371,7 +372,7 @@ class TxnCoordinator:
             except TransactionNotInProgress:
                 # Timed out (the transaction manager got there first): aborted, fenced.
                 await self._abort(rec, fence=True)
-                self.counts["timed_out"] += 1
+                self._ended.labels("timed_out").inc()
                 raise TxnError(
                     E.PRODUCER_FENCED,
                     f"the transaction of {transactional_id!r} timed out and was aborted",
@@ -426,7 +427,7 @@ class TxnCoordinator:
                 exc,
             )
             raise TxnError(E.COORDINATOR_NOT_AVAILABLE, f"commit not finished: {exc}") from exc
-        self.counts["committed"] += 1
+        self._ended.labels("committed").inc()
         log.debug("committed %r wp=%d: %d records", rec.transactional_id, wp, records)
 
     async def _reference(self, topic: str, wp: int) -> int:
@@ -450,7 +451,7 @@ class TxnCoordinator:
             await self._bump(rec)
         rec.clear_transaction(TxnState.COMPLETE_ABORT, now_ms())
         await self._persist(rec)
-        self.counts["aborted"] += 1
+        self._ended.labels("aborted").inc()
 
     async def expire(self) -> list[str]:
         """Abort (and fence) every transaction open longer than its timeout."""
@@ -463,7 +464,7 @@ class TxnCoordinator:
                 async with self._lock(rec.transactional_id):
                     if rec.state is TxnState.ONGOING and now > rec.started_ms + rec.timeout_ms:
                         await self._abort(rec, fence=True)
-                        self.counts["timed_out"] += 1
+                        self._ended.labels("timed_out").inc()
                         expired.append(rec.transactional_id)
         return expired
 
