@@ -37,6 +37,20 @@ class BadRequest(ValueError):
     """A request a listener refuses before it reaches the store (HTTP 400)."""
 
 
+class TransactionOwned(ValueError):
+    """A Kafka transaction's write pointer, committed or aborted by another listener: its
+    records are referenced at the Kafka commit (EndTxn), so an HTTP commit would lose them.
+    Invalidation stays open to operators (the producer is fenced at its EndTxn)."""
+
+    def __init__(self, write_pointer: int, transactional_id: str) -> None:
+        super().__init__(
+            f"write pointer {write_pointer} is Kafka transactional id {transactional_id!r}'s "
+            "transaction: only its producer commits or aborts it (EndTxn)"
+        )
+        self.write_pointer = write_pointer
+        self.transactional_id = transactional_id
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorKind:
     kafka: ErrorCode
@@ -55,6 +69,7 @@ _TABLE: tuple[tuple[type[BaseException], ErrorKind], ...] = (
         ErrorKind(ErrorCode.INVALID_TXN_STATE, 409, "transaction_conflict"),
     ),
     (InvalidTransaction, ErrorKind(ErrorCode.INVALID_TXN_STATE, 400, "invalid_transaction")),
+    (TransactionOwned, ErrorKind(ErrorCode.INVALID_TXN_STATE, 409, "transaction_owned")),
     (OffsetOutOfRange, ErrorKind(ErrorCode.OFFSET_OUT_OF_RANGE, 416, "offset_out_of_range")),
     # Only idempotent produce raises it: the batch no longer follows what is durable.
     (StateConflict, ErrorKind(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, 409, "state_conflict")),
@@ -100,6 +115,8 @@ def http_error(exc: BaseException) -> HttpError:
     extra: dict[str, object] = {}
     if isinstance(exc, TransactionNotInProgress):
         extra = {"writePointer": exc.write_pointer, "state": exc.state}
+    elif isinstance(exc, TransactionOwned):
+        extra = {"writePointer": exc.write_pointer, "kafkaTransactionalId": exc.transactional_id}
     elif isinstance(exc, DiskFull):
         extra = {"freeBytes": exc.free_bytes, "needBytes": exc.need_bytes}
     return HttpError(kind.http, kind.name, message, extra)

@@ -57,10 +57,10 @@ class Services:
         self.registry = CollectorRegistry()
         # Bounded: reads from disk queue here instead of piling threads onto LevelDB.
         self.executor = ThreadPoolExecutor(kafka.io_threads, thread_name_prefix="tmsgate-io")
-        self.transactions = TransactionService(store, self.registry)
         self.metrics = Metrics(self.registry)
         self.metrics.watch_store(store)
         self.broker = Broker(store, kafka, metrics=self.metrics, executor=self.executor)
+        self.transactions = TransactionService(store, self.registry, self.broker.txns.owner_of)
         self.kafka_server = KafkaServer(self.broker)
         self.http_server: HttpServer | None = None
         self._expiry: asyncio.Task[None] | None = None

@@ -1,5 +1,6 @@
 """The transaction service: Tephra's semantics on the store's durable transaction manager,
-for every listener (the HTTP API today, Kafka transactions next).
+for the HTTP API and SDK; Kafka transactions use the same manager through the Kafka
+transaction coordinator (gateway/kafka/txn), and their write pointers are refused here.
 
 Starting, committing and aborting each write the manager's state durably (an fsync,
 shared with concurrent writers); they are awaited as the store's futures, without a thread
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from tmsgate.storage import (
@@ -21,6 +23,8 @@ from tmsgate.storage import (
     encode_transaction,
 )
 
+from .errors import TransactionOwned
+
 log = logging.getLogger("tmsgate.transactions")
 
 DEFAULT_TIMEOUT_S = 30.0  # Tephra's default transaction timeout
@@ -28,8 +32,16 @@ MAX_TIMEOUT_S = 86_400.0  # a day: a longer-lived transaction holds every reader
 
 
 class TransactionService:
-    def __init__(self, store: Store, registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        store: Store,
+        registry: CollectorRegistry,
+        kafka_owner: Callable[[int], str | None] = lambda wp: None,
+    ) -> None:
+        """``kafka_owner(wp)``: the Kafka transactional id whose transaction ``wp`` is
+        (the Kafka transaction coordinator's), else None."""
         self._manager = store.transactions
+        self._kafka_owner = kafka_owner
         self._open = Gauge(
             "tmsgate_transactions_open",
             "Transactions in progress (started, not yet committed, aborted or timed out)",
@@ -65,10 +77,12 @@ class TransactionService:
         return self._manager.snapshot()
 
     async def commit(self, wp: int) -> None:
+        self._refuse_kafka(wp)
         await asyncio.wrap_future(self._manager.commit_async(wp))
         self._ended.labels("committed").inc()
 
     async def abort(self, wp: int) -> None:
+        self._refuse_kafka(wp)
         await asyncio.wrap_future(self._manager.abort_async(wp))
         self._ended.labels("aborted").inc()
 
@@ -77,6 +91,11 @@ class TransactionService:
             raise TransactionNotInProgress(wp, self._manager.state(wp))
         self._ended.labels("invalidated").inc()
         log.info("transaction %d invalidated", wp)
+
+    def _refuse_kafka(self, wp: int) -> None:
+        owner = self._kafka_owner(wp)
+        if owner is not None:
+            raise TransactionOwned(wp, owner)
 
     # --- queries ---------------------------------------------------------------------------
     def state(self, wp: int) -> str:

@@ -89,6 +89,7 @@ class TxnCoordinator:
         self.config = config or TxnConfig()
         self._by_id: dict[str, TxnRecord] = {}
         self._by_pid: dict[int, TxnRecord] = {}
+        self._by_wp: dict[int, TxnRecord] = {}  # open transactions by write pointer
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: asyncio.Task[None] | None = None
         self._ended = broker.metrics.transactions_ended
@@ -170,6 +171,8 @@ class TxnCoordinator:
             del self._by_pid[old.producer_id]
         self._by_id[rec.transactional_id] = rec
         self._by_pid[rec.producer_id] = rec
+        if rec.state.is_open:
+            self._by_wp[rec.write_pointer] = rec
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         lock = self._locks.get(transactional_id)
@@ -261,6 +264,7 @@ class TxnCoordinator:
         tx = await asyncio.wrap_future(manager.start_async(rec.timeout_ms / 1000 + 1.0))
         rec.clear_transaction(TxnState.ONGOING, now_ms())
         rec.write_pointer, rec.started_ms = tx.write_pointer, rec.updated_ms
+        self._by_wp[tx.write_pointer] = rec
         # Durable before the first record is accepted: a restart must find it to abort it.
         await self._persist(rec)
 
@@ -418,6 +422,7 @@ class TxnCoordinator:
             records = sum(referenced)
             rec.clear_transaction(TxnState.COMPLETE_COMMIT, now_ms())
             await self._persist(rec)
+            self._by_wp.pop(wp, None)
         except (StorageError, OSError) as exc:
             log.error(
                 "commit of %r (write pointer %d) stopped: %s; it is finished by a retried "
@@ -451,6 +456,7 @@ class TxnCoordinator:
             await self._bump(rec)
         rec.clear_transaction(TxnState.COMPLETE_ABORT, now_ms())
         await self._persist(rec)
+        self._by_wp.pop(wp, None)
         self._ended.labels("aborted").inc()
 
     async def expire(self) -> list[str]:
@@ -487,6 +493,13 @@ class TxnCoordinator:
                 or (rec.state.is_open and now - rec.started_ms >= min_duration_ms)
             )
         ]
+
+    def owner_of(self, write_pointer: int) -> str | None:
+        """The transactional id whose open transaction ``write_pointer`` is, if any."""
+        rec = self._by_wp.get(write_pointer)
+        if rec is None or rec.write_pointer != write_pointer or not rec.state.is_open:
+            return None
+        return rec.transactional_id
 
     def open_count(self) -> int:
         return sum(1 for rec in self._by_id.values() if rec.state.is_open)
