@@ -526,8 +526,14 @@ class Store:
         self.put_states({(area, key): value})
 
     def put_states(self, updates: StateUpdates) -> None:
+        self.put_states_async(updates).result()
+
+    def put_states_async(self, updates: StateUpdates) -> Future[object]:
+        """Queue the updates for the next durable batch; the future resolves once they are
+        on disk. Writes queued one after another from one thread reach the disk in that
+        order (the writer is first in, first out)."""
         self._check_open()
-        self._writer.mutate(_state_mutations(updates)).result()
+        return self._writer.mutate(_state_mutations(updates))
 
     def scan_state(self, area: str, prefix: str = "") -> list[tuple[str, bytes]]:
         self._check_open()

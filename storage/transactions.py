@@ -112,6 +112,13 @@ class TransactionManager:
 
     def start_async(self, timeout_s: float = 30.0) -> Future[Transaction]:
         """Like start(), without expiring others first (commit checks its own timeout)."""
+        tx, durable = self.start_queued(timeout_s)
+        return _then(durable, lambda: tx)
+
+    def start_queued(self, timeout_s: float = 30.0) -> tuple[Transaction, Future[object]]:
+        """Start a transaction; -> it at once, and the future of its durable write. For a
+        caller that queues a write of its own in the same fsync (a Kafka transaction's
+        record); the transaction may be used only once the future resolved."""
         with self._lock:
             now = self._clock()
             wp = max(self._last_wp + 1, now * TX_PER_MS)
@@ -124,7 +131,7 @@ class TransactionManager:
             done = self._persist(
                 [(_LAST_WP, U64.pack(wp)), (_IN_PROGRESS + U64.pack(wp), U64.pack(expiry))]
             )
-        return _then(done, lambda: tx)
+        return tx, done
 
     def commit(self, tx: Transaction | int) -> None:
         self.commit_async(tx).result()

@@ -26,7 +26,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote, unquote
@@ -180,9 +181,25 @@ class TxnCoordinator:
             lock = self._locks[transactional_id] = asyncio.Lock()
         return lock
 
+    @contextlib.asynccontextmanager
+    async def _turn(self, transactional_id: str) -> AsyncIterator[None]:
+        """One request of a transactional id at a time; a storage failure becomes
+        COORDINATOR_NOT_AVAILABLE, which clients retry."""
+        async with self._lock(transactional_id):
+            try:
+                yield
+            except (StorageError, OSError) as exc:
+                log.warning("transactional id %r: %s", transactional_id, exc)
+                raise TxnError(E.COORDINATOR_NOT_AVAILABLE, f"storage: {exc}") from exc
+
     async def _persist(self, rec: TxnRecord) -> None:
+        await asyncio.wrap_future(self._queue_persist(rec))
+
+    def _queue_persist(self, rec: TxnRecord) -> Future[object]:
+        """Queue the record's durable write now (from the event loop, so the writes of one
+        transactional id reach the disk in the order they were queued)."""
         key = quote(rec.transactional_id, safe="")
-        await self.broker.run(self.store.put_state, TXN_AREA, key, encode_record(rec))
+        return self.store.put_states_async({(TXN_AREA, key): encode_record(rec)})
 
     async def _step(self, name: str) -> None:
         if self.before_step is not None:
@@ -202,7 +219,7 @@ class TxnCoordinator:
                 f"1..{self.config.max_timeout_ms} (transaction.max.timeout.ms)",
             )
         await self.ready()
-        async with self._lock(transactional_id):
+        async with self._turn(transactional_id):
             rec = self._by_id.get(transactional_id)
             if rec is None:
                 pid = await self.broker.producers.allocate_id()
@@ -261,12 +278,23 @@ class TxnCoordinator:
         manager = self.store.transactions
         # A second more than Kafka's timeout: the coordinator's own expiry (which fences the
         # producer, as Kafka does) normally gets there first.
-        tx = await asyncio.wrap_future(manager.start_async(rec.timeout_ms / 1000 + 1.0))
+        tx, started = manager.start_queued(rec.timeout_ms / 1000 + 1.0)
         rec.clear_transaction(TxnState.ONGOING, now_ms())
         rec.write_pointer, rec.started_ms = tx.write_pointer, rec.updated_ms
         self._by_wp[tx.write_pointer] = rec
-        # Durable before the first record is accepted: a restart must find it to abort it.
-        await self._persist(rec)
+        # Both durable before the first record is accepted: a restart must find the record
+        # to abort the transaction. They share one fsync, and either order is safe: a
+        # transaction without its record times out; a record without its transaction is
+        # aborted at the restart as a no-op.
+        written = self._queue_persist(rec)
+        try:
+            await asyncio.wrap_future(started)
+            await asyncio.wrap_future(written)
+        except BaseException:
+            # Not started after all: the next AddPartitionsToTxn starts afresh.
+            self._by_wp.pop(tx.write_pointer, None)
+            rec.clear_transaction(TxnState.COMPLETE_ABORT, now_ms())
+            raise
 
     async def add_partitions(
         self,
@@ -278,7 +306,7 @@ class TxnCoordinator:
         """AddPartitionsToTxn: per-partition codes. One unknown partition fails the
         request: the others get OPERATION_NOT_ATTEMPTED, as in Kafka."""
         await self.ready()
-        async with self._lock(transactional_id):
+        async with self._turn(transactional_id):
             rec = self._current(transactional_id, producer_id, epoch)
             codes: dict[TopicPartition, ErrorCode] = {}
             async for name, partitions in self.broker.paced(topics):
@@ -298,7 +326,7 @@ class TxnCoordinator:
     ) -> None:
         """AddOffsetsToTxn: the group's offsets will commit with the transaction."""
         await self.ready()
-        async with self._lock(transactional_id):
+        async with self._turn(transactional_id):
             rec = self._current(transactional_id, producer_id, epoch)
             await self._begin(rec)
             rec.groups.add(group_id)
@@ -351,7 +379,7 @@ class TxnCoordinator:
     # --- EndTxn -----------------------------------------------------------------------------
     async def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
         await self.ready()
-        async with self._lock(transactional_id):
+        async with self._turn(transactional_id):
             rec = self._by_id.get(transactional_id)
             if rec is not None and rec.state is TxnState.PREPARE_COMMIT and commit:
                 # A commit whose steps failed (storage error): the client retries.
@@ -421,7 +449,10 @@ class TxnCoordinator:
             await self._step("complete")
             records = sum(referenced)
             rec.clear_transaction(TxnState.COMPLETE_COMMIT, now_ms())
-            await self._persist(rec)
+            # Not awaited: the commit is whole without it (a restart that still finds
+            # PrepareCommit replays the steps above, which change nothing now), and the
+            # record's next write is queued after it.
+            self._queue_persist(rec).add_done_callback(self._log_failed_write)
             self._by_wp.pop(wp, None)
         except (StorageError, OSError) as exc:
             log.error(
@@ -434,6 +465,12 @@ class TxnCoordinator:
             raise TxnError(E.COORDINATOR_NOT_AVAILABLE, f"commit not finished: {exc}") from exc
         self._ended.labels("committed").inc()
         log.debug("committed %r wp=%d: %d records", rec.transactional_id, wp, records)
+
+    @staticmethod
+    def _log_failed_write(fut: Future[object]) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            log.warning("writing a transaction record failed (replayed at restart): %s", exc)
 
     async def _reference(self, topic: str, wp: int) -> int:
         tid = self.broker.topics.topic_id(topic)
