@@ -16,7 +16,7 @@ NAME = st.text(
     alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-",
     min_size=1,
     max_size=20,
-)
+).filter(lambda name: name not in (".", ".."))  # reserved, as in Kafka
 TOPIC = st.builds(TopicId, NAME, NAME)
 ID_PARTS = st.tuples(U64, U16, U64, U16)
 
