@@ -1,6 +1,5 @@
-"""FindCoordinator: this gateway coordinates every group (and would every transaction:
-InitProducerId then explains that Kafka transactions are not supported). v4+ asks for
-several keys at once."""
+"""FindCoordinator: this gateway coordinates every group and every transactional id (the
+transaction coordinator is gateway/kafka/txn). v4+ asks for several keys at once."""
 
 from __future__ import annotations
 

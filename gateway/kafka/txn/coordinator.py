@@ -227,7 +227,10 @@ class TxnCoordinator:
                 await self._persist(rec)
                 self._register(rec)
                 return rec.producer_id, rec.epoch
-            if producer_id >= 0 and (producer_id, epoch) != (rec.producer_id, rec.epoch):
+            named = (producer_id, epoch)
+            if producer_id >= 0 and named == rec.previous and rec.state is TxnState.EMPTY:
+                return rec.producer_id, rec.epoch  # a retry of the bump that made this epoch
+            if producer_id >= 0 and named != (rec.producer_id, rec.epoch):
                 raise TxnError(
                     E.PRODUCER_FENCED,
                     f"producer {producer_id} epoch {epoch} is not the current instance of "
@@ -235,13 +238,16 @@ class TxnCoordinator:
                 )
             if rec.state.is_open:
                 await self._abort(rec, fence=False)
-            await self._bump(rec)
+            await self._bump(rec, own=producer_id >= 0)
             rec.timeout_ms = timeout_ms
             rec.clear_transaction(TxnState.EMPTY, now_ms())
             await self._persist(rec)
             return rec.producer_id, rec.epoch
 
-    async def _bump(self, rec: TxnRecord) -> None:
+    async def _bump(self, rec: TxnRecord, own: bool = False) -> None:
+        """The next epoch. ``own``: the producer asked for it naming its own epoch
+        (KIP-360); only then is a retry naming the old epoch answered as it was."""
+        rec.previous = (rec.producer_id, rec.epoch) if own else (-1, -1)
         if rec.epoch >= MAX_EPOCH:
             # A new producer id, as Kafka does; the old one fenced with it.
             self._by_pid.pop(rec.producer_id, None)

@@ -61,6 +61,9 @@ class TxnRecord:
     topics: set[str] = field(default_factory=set)
     groups: set[str] = field(default_factory=set)
     offsets: dict[str, dict[TopicPartition, PendingOffset]] = field(default_factory=dict)
+    # The (producer id, epoch) before the last InitProducerId bump: a client that did not
+    # get that answer retries naming it, and gets the same answer again (KIP-360).
+    previous: tuple[int, int] = (-1, -1)
 
     def clear_transaction(self, state: TxnState, now_ms: int) -> None:
         self.state = state
@@ -90,6 +93,7 @@ def encode_record(rec: TxnRecord) -> bytes:
         "decided_ms": rec.decided_ms,
         "topics": sorted(rec.topics),
         "groups": sorted(rec.groups),
+        "previous": list(rec.previous),
         "offsets": {
             g: [[t, p, o.offset, o.leader_epoch, o.metadata] for (t, p), o in sorted(tps.items())]
             for g, tps in sorted(rec.offsets.items())
@@ -119,6 +123,7 @@ def decode_record(transactional_id: str, raw: bytes) -> TxnRecord:
                 g: {(t, int(p)): PendingOffset(int(o), int(le), str(m)) for t, p, o, le, m in tps}
                 for g, tps in doc["offsets"].items()
             },
+            tuple(doc.get("previous", (-1, -1))),  # type: ignore[arg-type]
         )
     except CorruptTxnRecord:
         raise

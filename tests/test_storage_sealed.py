@@ -1,0 +1,151 @@
+"""Sealed references (a Kafka transaction's commit: Store.publish_sealed_async) and the
+transaction manager's commit decision (TransactionManager.decide, visibility_now)."""
+
+from __future__ import annotations
+
+import pytest
+from tmsgate.storage import (
+    Store,
+    TopicId,
+    TopicNotFound,
+    TransactionNotInProgress,
+    Visibility,
+)
+
+
+def sealed(store: Store, topic: TopicId, tx: object) -> int:
+    return store.publish_sealed_async(topic, tx).result(10)
+
+
+def read(
+    store: Store, topic: TopicId, **kw: object
+) -> tuple[list[tuple[int, bytes, object]], int, bool]:
+    res = store.read(topic, **kw)
+    return [(m.offset, m.payload, m.write_pointer) for m in res.messages], res.next_offset, res.held
+
+
+def test_a_sealed_run_is_held_from_every_reader_until_the_commit(
+    store: Store, topic: TopicId
+) -> None:
+    txm = store.transactions
+    assert store.publish(topic, [b"p0"]).base_offset == 0
+    tx = txm.start()
+    store.store(topic, [b"a", b"b", b"c"], tx)
+    assert sealed(store, topic, tx) == 3
+    assert sealed(store, topic, tx.write_pointer) == 0  # idempotent: already referenced
+    # The run's offsets are taken: the next publish lands after it.
+    assert store.publish(topic, [b"p4"]).base_offset == 4
+    held = ([(0, b"p0", None)], 1, True)
+    assert read(store, topic) == held
+    assert read(store, topic, tx=txm.snapshot()) == held
+    assert read(store, topic, offset=1) == ([], 1, True)
+    assert read(store, topic, offset=2, tx=txm.snapshot()) == ([], 2, True)
+    assert store.last_stable_offset(topic) == 1
+
+    txm.commit(tx)
+    everything = [(0, b"p0", None), (1, b"a", None), (2, b"b", None), (3, b"c", None)]
+    everything.append((4, b"p4", None))
+    assert read(store, topic) == (everything, 5, False)
+    assert read(store, topic, tx=txm.snapshot()) == (everything, 5, False)
+    assert read(store, topic, offset=2)[0] == everything[2:]
+    assert store.last_stable_offset(topic) == 5
+    assert store.offsets(topic) == (0, 5)
+    assert sealed(store, topic, tx) == 0  # also once committed
+    assert store.publish(topic, [b"p5"]).base_offset == 5
+
+
+def test_an_invalidated_sealed_run_is_skipped(store: Store, topic: TopicId) -> None:
+    txm = store.transactions
+    tx = txm.start()
+    store.store(topic, [b"a", b"b"], tx)
+    assert sealed(store, topic, tx) == 2
+    store.publish(topic, [b"after"])
+    assert txm.invalidate(tx.write_pointer)
+    assert read(store, topic) == ([(2, b"after", None)], 3, False)
+    assert read(store, topic, tx=txm.snapshot()) == ([(2, b"after", None)], 3, False)
+    assert read(store, topic, offset=1) == ([(2, b"after", None)], 3, False)
+
+
+def test_sealing_nothing_takes_no_offsets(store: Store, topic: TopicId) -> None:
+    store.publish(topic, [b"p0"])
+    tx = store.transactions.start()
+    other = TopicId("default", "other")
+    store.create_topic(other)
+    store.store(other, [b"elsewhere"], tx)  # payloads on another topic only
+    assert sealed(store, topic, tx) == 0
+    assert store.publish(topic, [b"p1"]).base_offset == 1
+    store.transactions.commit(tx)
+    assert read(store, topic) == ([(0, b"p0", None), (1, b"p1", None)], 2, False)
+
+
+def test_sealing_on_a_missing_topic(store: Store, topic: TopicId) -> None:
+    tx = store.transactions.start()
+    store.store(topic, [b"a"], tx)
+    store.delete_topic(topic)
+    with pytest.raises(TopicNotFound):
+        sealed(store, topic, tx)
+    with pytest.raises(TopicNotFound):
+        sealed(store, TopicId("default", "never"), tx)
+
+
+def test_sealing_needs_a_transaction_in_progress(store: Store, topic: TopicId) -> None:
+    tx = store.transactions.start()
+    store.store(topic, [b"a"], tx)
+    store.transactions.abort(tx)
+    with pytest.raises(TransactionNotInProgress) as err:
+        sealed(store, topic, tx)
+    assert err.value.state == "aborted"
+    assert store.publish(topic, [b"p0"]).base_offset == 0
+
+
+# --- TransactionManager.decide / visibility_now ------------------------------------------------
+def test_a_decided_transaction_only_commits(store: Store, clock) -> None:
+    txm = store.transactions
+    tx = txm.start(1)
+    txm.decide(tx.write_pointer)
+    txm.decide(tx.write_pointer)  # again: still decided
+    clock.advance(5_000)
+    assert txm.expire() == []
+    assert txm.is_in_progress(tx.write_pointer)
+    with pytest.raises(TransactionNotInProgress):
+        txm.abort(tx)
+    assert txm.invalidate(tx.write_pointer) is False
+    assert txm.state(tx.write_pointer) == "in_progress"
+    txm.commit(tx)  # past its timeout: the decision holds
+    assert txm.state(tx.write_pointer) == "committed"
+    with pytest.raises(TransactionNotInProgress) as err:
+        txm.decide(tx.write_pointer)
+    assert err.value.state == "committed"
+
+
+def test_deciding_too_late(store: Store, clock) -> None:
+    txm = store.transactions
+    late, recovered, expired = txm.start(1), txm.start(1), txm.start(1)
+    clock.advance(1_001)
+    with pytest.raises(TransactionNotInProgress) as err:
+        txm.decide(late.write_pointer)  # past its timeout, before expire() ran
+    assert err.value.state == "invalid"
+    # A recorded decision (recovery after a restart) holds even past the timeout.
+    txm.decide(recovered.write_pointer, recovering=True)
+    assert txm.expire() == [late.write_pointer, expired.write_pointer]
+    for wp in (expired.write_pointer, late.write_pointer):
+        for recovering in (False, True):
+            with pytest.raises(TransactionNotInProgress) as err:
+                txm.decide(wp, recovering=recovering)
+            assert err.value.state == "invalid"
+    txm.commit(recovered)
+    assert txm.state(recovered.write_pointer) == "committed"
+
+
+def test_visibility_now(store: Store) -> None:
+    txm = store.transactions
+    open_, done, dropped, aborted = (txm.start() for _ in range(4))
+    txm.commit(done)
+    assert txm.invalidate(dropped.write_pointer)
+    txm.abort(aborted)
+    assert txm.visibility_now(open_.write_pointer) is Visibility.HOLD
+    assert txm.visibility_now(done.write_pointer) is Visibility.ACCEPT
+    assert txm.visibility_now(dropped.write_pointer) is Visibility.SKIP
+    assert txm.visibility_now(aborted.write_pointer) is Visibility.SKIP
+    assert txm.visibility_now(-open_.write_pointer) is Visibility.SKIP
+    assert txm.visibility_now(-done.write_pointer) is Visibility.SKIP
