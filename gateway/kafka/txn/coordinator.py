@@ -36,6 +36,7 @@ from tmsgate.protocol import ErrorCode
 from tmsgate.storage import StorageError, TopicNotFound, TransactionNotInProgress
 from tmsgate.storage.transactions import COMMITTED
 
+from ..groups import GroupError
 from .model import (
     TXN_AREA,
     CorruptTxnRecord,
@@ -460,7 +461,7 @@ class TxnCoordinator:
             # record's next write is queued after it.
             self._queue_persist(rec).add_done_callback(self._log_failed_write)
             self._by_wp.pop(wp, None)
-        except (StorageError, OSError) as exc:
+        except (StorageError, OSError, GroupError) as exc:
             log.error(
                 "commit of %r (write pointer %d) stopped: %s; it is finished by a retried "
                 "EndTxn or at the next start",
