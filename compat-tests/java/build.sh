@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Java compat driver (KafkaCompat.java) against kafka-clients 3.9.0.
+# Builds the Java compat drivers (KafkaCompat.java, KafkaTxn.java) against kafka-clients 3.9.0.
 #
 #   compat-tests/java/build.sh          # idempotent; fast when already built
 #
@@ -10,14 +10,14 @@
 # whose pip downloads it (default: the repository's .venv, else python3).
 #
 # Output: compat-tests/java/lib/*.jar and compat-tests/java/build/ (both gitignored).
-# Run with: java -cp "compat-tests/java/build:compat-tests/java/lib/*" KafkaCompat ...
+# Run with: java -cp "compat-tests/java/build:compat-tests/java/lib/*" KafkaCompat ... (or KafkaTxn ...)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 LIB="$HERE/lib"
 BUILD="$HERE/build"
-SRC="$HERE/KafkaCompat.java"
+SRCS=("$HERE/KafkaCompat.java" "$HERE/KafkaTxn.java")
 PYDBZ_VERSION="3.1.1.0"
 # Patterns of the wheel members we need (kafka-clients and its runtime dependencies,
 # plus log4j2 as the SLF4J backend so client warnings reach stderr).
@@ -85,11 +85,16 @@ PYEOF
   lib_complete || die "lib/ incomplete after extraction"
 fi
 
-# Compile when the class file is missing or older than the source.
-if [[ ! -f "$BUILD/KafkaCompat.class" || "$SRC" -nt "$BUILD/KafkaCompat.class" \
-      || "$HERE/log4j2.properties" -nt "$BUILD/log4j2.properties" ]]; then
+# Compile when a class file is missing or older than its source.
+stale=0
+if [[ "$HERE/log4j2.properties" -nt "$BUILD/log4j2.properties" ]]; then stale=1; fi
+for src in "${SRCS[@]}"; do
+  cls="$BUILD/$(basename "$src" .java).class"
+  if [[ ! -f "$cls" || "$src" -nt "$cls" ]]; then stale=1; fi
+done
+if [[ $stale == 1 ]]; then
   tmpbuild="$(mktemp -d "${TMPDIR:-/tmp}/kafkacompat-build.XXXXXX")"
-  javac -nowarn -encoding UTF-8 -cp "$LIB/*" -d "$tmpbuild" "$SRC" \
+  javac -nowarn -encoding UTF-8 -cp "$LIB/*" -d "$tmpbuild" "${SRCS[@]}" \
     || { rm -rf "$tmpbuild"; die "javac failed"; }
   cp "$HERE/log4j2.properties" "$tmpbuild/"
   rm -rf "$BUILD"
