@@ -331,9 +331,8 @@ def topic_name(request) -> str:
     return f"compat-{mod}-{slug}-{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture
-def topic(gateway, topic_name) -> str:
-    """A fresh topic created with one partition (kafka-python KafkaAdminClient, CreateTopics)."""
+def _create_topics(gateway, names: list[str]) -> None:
+    """CreateTopics with one partition each (kafka-python KafkaAdminClient)."""
     from kafka.admin import KafkaAdminClient
 
     admin = KafkaAdminClient(
@@ -342,10 +341,29 @@ def topic(gateway, topic_name) -> str:
         client_id="compat-topic-fixture",
     )
     try:
-        admin.create_topics({topic_name: {"num_partitions": 1, "replication_factor": 1}})
+        admin.create_topics({n: {"num_partitions": 1, "replication_factor": 1} for n in names})
     finally:
         admin.close()
+
+
+@pytest.fixture
+def topic(gateway, topic_name) -> str:
+    """A fresh topic created with one partition (kafka-python KafkaAdminClient, CreateTopics)."""
+    _create_topics(gateway, [topic_name])
     return topic_name
+
+
+@pytest.fixture
+def make_topics(gateway, topic_name):
+    """Factory: make_topics("in", "out") creates fresh 1-partition topics named
+    <topic_name>-in, <topic_name>-out (one CreateTopics) and returns their names."""
+
+    def make(*suffixes: str) -> list[str]:
+        names = [f"{topic_name}-{s}" for s in suffixes]
+        _create_topics(gateway, names)
+        return names
+
+    return make
 
 
 # --------------------------------------------------------------------------- java
