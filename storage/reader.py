@@ -203,30 +203,24 @@ def read(
         end = base + count
         if end <= skip_off:
             continue
-        shown_wp = wp
-        if flags & keys.F_SEALED and wp is not None:
+        shown_wp, vis = wp, Visibility.ACCEPT
+        if wp is not None and flags & keys.F_SEALED:
             # A Kafka transaction's records: held from every reader until the commit
             # (the commit's window between writing this row and the transaction
             # manager's commit), then plain messages.
             if tx is not None:
                 vis = tx.visibility(wp)
-            else:
-                vis = sealed(wp) if sealed is not None else Visibility.ACCEPT
-            if vis is Visibility.SKIP:
-                resume = end
-                continue
-            if vis is Visibility.HOLD:
-                held = True
-                break
+            elif sealed is not None:
+                vis = sealed(wp)
             shown_wp = None
         elif wp is not None and tx is not None:
             vis = tx.visibility(wp)
-            if vis is Visibility.SKIP:
-                resume = end
-                continue
-            if vis is Visibility.HOLD:
-                held = True
-                break
+        if vis is Visibility.SKIP:
+            resume = end
+            continue
+        if vis is Visibility.HOLD:
+            held = True
+            break
         ts = _MESSAGE_ID.unpack_from(key, plen)[0]
         if msg_ttl is not None and ts + msg_ttl < now_ms:
             resume = end
