@@ -356,7 +356,7 @@ class TxnCoordinator:
         """Partitions of the group with offsets an open transaction will commit
         (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for those)."""
         out: set[TopicPartition] = set()
-        for rec in self._by_id.values():
+        for rec in self._by_wp.values():  # the open transactions only
             if rec.state.is_open:
                 out.update(rec.pending_for(group_id))
         return out
@@ -509,7 +509,7 @@ class TxnCoordinator:
             return []
         now = now_ms()
         expired = []
-        for rec in list(self._by_id.values()):
+        for rec in list(self._by_wp.values()):
             if rec.state is TxnState.ONGOING and now > rec.started_ms + rec.timeout_ms:
                 async with self._lock(rec.transactional_id):
                     if rec.state is TxnState.ONGOING and now > rec.started_ms + rec.timeout_ms:
@@ -546,4 +546,4 @@ class TxnCoordinator:
         return rec.transactional_id
 
     def open_count(self) -> int:
-        return sum(1 for rec in self._by_id.values() if rec.state.is_open)
+        return sum(1 for rec in self._by_wp.values() if rec.state.is_open)
