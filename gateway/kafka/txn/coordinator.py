@@ -279,7 +279,14 @@ class TxnCoordinator:
             )
         return rec
 
-    async def _begin(self, rec: TxnRecord) -> None:
+    def _begin(self, rec: TxnRecord) -> None:
+        """Start the TMS transaction and queue its record (Ongoing, with the write pointer),
+        without waiting for the fsync: every later durable step of this transaction (its
+        records' store, the commit decision) is queued after them, and the writer is first
+        in, first out, so nothing is acknowledged before both are on disk, while the
+        producer's AddPartitionsToTxn does not wait a round of its own. Either order of
+        the two is safe: a transaction without its record times out; a record without
+        its transaction is aborted at the restart as a no-op."""
         if rec.state is TxnState.ONGOING:
             return
         manager = self.store.transactions
@@ -287,21 +294,28 @@ class TxnCoordinator:
         # producer, as Kafka does) normally gets there first.
         tx, started = manager.start_queued(rec.timeout_ms / 1000 + 1.0)
         rec.clear_transaction(TxnState.ONGOING, now_ms())
-        rec.write_pointer, rec.started_ms = tx.write_pointer, rec.updated_ms
-        self._by_wp[tx.write_pointer] = rec
-        # Both durable before the first record is accepted: a restart must find the record
-        # to abort the transaction. They share one fsync, and either order is safe: a
-        # transaction without its record times out; a record without its transaction is
-        # aborted at the restart as a no-op.
+        wp = rec.write_pointer = tx.write_pointer
+        rec.started_ms = rec.updated_ms
+        self._by_wp[wp] = rec
         written = self._queue_persist(rec)
-        try:
-            await asyncio.wrap_future(started)
-            await asyncio.wrap_future(written)
-        except BaseException:
-            # Not started after all: the next AddPartitionsToTxn starts afresh.
-            self._by_wp.pop(tx.write_pointer, None)
+        loop = asyncio.get_running_loop()
+
+        def failed(fut: Future[object]) -> None:
+            if fut.exception() is not None:
+                loop.call_soon_threadsafe(self._begin_failed, rec, wp, fut.exception())
+
+        started.add_done_callback(failed)
+        written.add_done_callback(failed)
+
+    def _begin_failed(self, rec: TxnRecord, wp: int, exc: BaseException | None) -> None:
+        # Not started after all (the store could not write it): its records were refused
+        # with it; the next AddPartitionsToTxn starts afresh.
+        if rec.write_pointer == wp and rec.state is TxnState.ONGOING:
+            log.warning(
+                "transactional id %r: starting a transaction failed: %s", rec.transactional_id, exc
+            )
+            self._by_wp.pop(wp, None)
             rec.clear_transaction(TxnState.COMPLETE_ABORT, now_ms())
-            raise
 
     async def add_partitions(
         self,
@@ -324,7 +338,7 @@ class TxnCoordinator:
                         codes[(name, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
             if any(codes.values()):
                 return {tp: c or E.OPERATION_NOT_ATTEMPTED for tp, c in codes.items()}
-            await self._begin(rec)
+            self._begin(rec)
             rec.topics.update(t for t, _ in codes)
             return codes
 
@@ -335,7 +349,7 @@ class TxnCoordinator:
         await self.ready()
         async with self._turn(transactional_id):
             rec = self._current(transactional_id, producer_id, epoch)
-            await self._begin(rec)
+            self._begin(rec)
             rec.groups.add(group_id)
 
     def pending_offsets(
