@@ -13,7 +13,7 @@ from collections.abc import Callable
 from . import keys
 from .backend import Backend
 from .errors import InvalidTransaction
-from .ids import Entry, MessageId, PublishResult, RollbackDetail
+from .ids import Entry, MessageId, PublishResult, RollbackDetail, TopicId
 from .topics import OpenTxRow, TopicState
 from .writer import Batch
 
@@ -37,6 +37,9 @@ class RowAppender:
         self._backend = backend
         self._clock = clock
         self._on_visible = on_visible
+        # Write pointer -> the topics with rows of it in the MessageTable: the topics whose
+        # last stable offset (and sealed holds) change when it ends (Store._tx_finished).
+        self.tx_topics: dict[int, set[TopicId]] = {}
 
     def allocate(self, st: TopicState, n: int) -> tuple[int, int]:
         """The (ts, seq) before the first of ``n`` new rows; never goes back in time."""
@@ -128,6 +131,7 @@ class RowAppender:
         batch.mutations.append((st.open_tx_prefix + keys.OPEN_TX_SUFFIX.pack(wp, base), b""))
         with st.lock:
             st.open_tx_rows.append(OpenTxRow(base, wp))
+        self.tx_topics.setdefault(wp, set()).add(st.topic)
 
     def check_unreferenced(self, st: TopicState, wp: int) -> None:
         marker = self._backend.get(st.referenced_prefix + _U64.pack(wp))

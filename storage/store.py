@@ -511,11 +511,13 @@ class Store:
                 log.exception("store listener failed")
 
     def _tx_finished(self, wp: int) -> None:
-        # Every loaded topic, not only those still listing the pointer: a concurrent
-        # last_stable_offset() may already have pruned its rows, and read_committed long
-        # polls on those topics must still wake.
-        for st in list(self._states.values()):
-            self._notify(st.topic, st.visible_offset)
+        # The topics that ever had rows of this pointer (kept apart from open_tx_rows: a
+        # concurrent last_stable_offset() may already have pruned those), not every loaded
+        # topic: a Kafka transaction ends hundreds of times a second.
+        for topic in self._rows.tx_topics.pop(wp, ()):
+            st = self._states.get(topic)
+            if st is not None:
+                self._notify(topic, st.visible_offset)
 
     # --- small durable state (groups, producers, ...) -------------------------------------
     def get_state(self, area: str, key: str) -> bytes | None:
@@ -620,6 +622,8 @@ class Store:
             if st is None:
                 md = self._require(topic)
                 st = load_state(self._backend, md, self.transactions.is_in_progress)
+                for row in st.open_tx_rows:
+                    self._rows.tx_topics.setdefault(row.write_pointer, set()).add(topic)
                 self._states[topic] = st
             return st
 
