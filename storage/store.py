@@ -42,7 +42,7 @@ from .topics import (
     new_metadata,
     validate_properties,
 )
-from .transactions import Transaction, TransactionManager
+from .transactions import Transaction, TransactionManager, Visibility
 from .writer import Batch, Writer
 
 log = logging.getLogger(__name__)
@@ -271,6 +271,30 @@ class Store:
             if not self.transactions.is_in_progress(wp):
                 raise TransactionNotInProgress(wp, self.transactions.state(wp))
             return self._rows.append_reference(batch, st, wp, sealed=True).count
+
+        self._check_open()
+        return self._writer.submit(op)
+
+    def discard_payloads_async(self, topic: TopicId, tx: Transaction | int) -> Future[int]:
+        """Delete an aborted (invalid) transaction's PayloadTable rows on ``topic``, which no
+        reference will ever make visible (an aborted Kafka transaction's records); -> rows
+        deleted (0 if a reference exists). TransactionNotInProgress unless the transaction
+        is invalid. Without it they would stay until the topic's TTL (or for ever)."""
+        wp = _write_pointer(tx)
+        if wp is None:
+            raise InvalidTransaction("discard_payloads() needs a transaction")
+
+        def op(batch: Batch) -> int:
+            st = self._state(topic)
+            if self.transactions.visibility_now(wp) is not Visibility.SKIP:
+                raise TransactionNotInProgress(wp, self.transactions.state(wp))
+            if self._rows.is_referenced(st, wp):
+                return 0
+            prefix = st.payload_prefix + _U64.pack(wp)
+            doomed = [(key, None) for key, _ in self._backend.scan(prefix, keys.prefix_end(prefix))]
+            batch.mutations.extend(doomed)
+            st.stored.pop(wp, None)
+            return len(doomed)
 
         self._check_open()
         return self._writer.submit(op)

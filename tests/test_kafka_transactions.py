@@ -270,13 +270,34 @@ def test_two_topics_commit_together(client: RawClient) -> None:
 
 
 # --- EndTxn ------------------------------------------------------------------------------------
-def test_abort_leaves_nothing_and_takes_no_offsets(client: RawClient) -> None:
+def wait_until(condition: Any, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.01)
+
+
+def payload_rows(gw: GatewayThread, topic: str) -> int:
+    """The topic's PayloadTable rows, read from the store's backend (the records of Kafka
+    transactions before their commit, and after it as the referenced data)."""
+    from tmsgate.storage import TopicId, keys
+
+    store = gw.services.store
+    md = store.get_topic(TopicId("default", topic))
+    prefix = keys.data_prefix(keys.PAYLOAD, md.topic, md.generation)
+    return sum(1 for _ in store._backend.scan(prefix, keys.prefix_end(prefix)))
+
+
+def test_abort_leaves_nothing_and_takes_no_offsets(gw: GatewayThread, client: RawClient) -> None:
     topic = unique("end-abort")
     create(client, topic)
     p = Producer(client, unique("end-abort-id"))
     assert p.add(topic) == {f"{topic}/0": E.NONE}
     assert p.send(topic, 3).error_code == E.NONE
+    assert payload_rows(gw, topic) == 3
     assert p.end(False) == E.NONE
+    # The aborted records' rows are freed at once (queued after the abort: wait for it).
+    wait_until(lambda: payload_rows(gw, topic) == 0, "aborted payloads discarded")
     assert p.end(False) == E.NONE  # a retried abort
     assert p.end(True) == E.INVALID_TXN_STATE  # commit after the abort
     for isolation in (0, 1):

@@ -149,3 +149,31 @@ def test_visibility_now(store: Store) -> None:
     assert txm.visibility_now(aborted.write_pointer) is Visibility.SKIP
     assert txm.visibility_now(-open_.write_pointer) is Visibility.SKIP
     assert txm.visibility_now(-done.write_pointer) is Visibility.SKIP
+
+
+def test_an_aborted_transactions_payloads_are_discarded(store: Store, topic: TopicId) -> None:
+    """discard_payloads_async: an aborted Kafka transaction's records free their rows at
+    once; only for invalid transactions, and never for referenced ones."""
+    txm = store.transactions
+    tx = txm.start()
+    store.store(topic, [b"a", b"b", b"c"], tx)
+    with pytest.raises(TransactionNotInProgress):  # in progress: it may still commit
+        store.discard_payloads_async(topic, tx).result(10)
+    txm.abort(tx)
+    assert store.discard_payloads_async(topic, tx).result(10) == 3
+    assert store.discard_payloads_async(topic, tx).result(10) == 0  # idempotent
+    # A later transaction on the same topic is not touched, and reads see only it.
+    later = txm.start()
+    store.store(topic, [b"d"], later)
+    assert sealed(store, topic, later) == 1
+    txm.commit(later)
+    assert read(store, topic) == ([(0, b"d", None)], 1, False)
+    with pytest.raises(TransactionNotInProgress):  # committed: its rows are the data
+        store.discard_payloads_async(topic, later).result(10)
+    # An invalid transaction whose reference was written keeps its rows (the reference
+    # reads them as skipped; the janitor drops both together).
+    ref = txm.start()
+    store.store(topic, [b"e"], ref)
+    assert sealed(store, topic, ref) == 1
+    txm.invalidate(ref.write_pointer)
+    assert store.discard_payloads_async(topic, ref).result(10) == 0

@@ -71,6 +71,12 @@ class TxnError(Exception):
         self.code = code
 
 
+def _discarded(fut: Future[int]) -> None:
+    exc = fut.exception()
+    if exc is not None and not isinstance(exc, TopicNotFound):
+        log.warning("freeing an aborted transaction's records failed: %s", exc)
+
+
 def for_version(code: ErrorCode, version: int, fenced_since: int) -> ErrorCode:
     """PRODUCER_FENCED came with KIP-588; older request versions get INVALID_PRODUCER_EPOCH
     (InitProducerId < v4, AddPartitionsToTxn/AddOffsetsToTxn/EndTxn < v2, TxnOffsetCommit
@@ -237,6 +243,9 @@ class TxnCoordinator:
                     f"producer {producer_id} epoch {epoch} is not the current instance of "
                     f"{transactional_id!r} ({rec.producer_id} epoch {rec.epoch})",
                 )
+            if rec.state is TxnState.PREPARE_COMMIT:
+                # A decided commit whose steps failed: it is finished, never aborted.
+                await self._apply_commit(rec, replay=False)
             if rec.state.is_open:
                 await self._abort(rec, fence=False)
             await self._bump(rec, own=producer_id >= 0)
@@ -505,11 +514,14 @@ class TxnCoordinator:
         """Abort the open transaction: its PayloadTable rows are never referenced and its
         write pointer joins the invalid list. ``fence``: bump the epoch too (a timeout, a
         restart), so the producer learns its transaction is gone."""
-        wp = rec.write_pointer
+        wp, topics = rec.write_pointer, sorted(rec.topics)
         if wp:
             # Timed out in the transaction manager already: invalid either way.
             with contextlib.suppress(TransactionNotInProgress):
                 await asyncio.wrap_future(self.store.transactions.abort_async(wp))
+            for topic in topics:  # its records can never be read: free their space now
+                tid = self.broker.topics.topic_id(topic)
+                self.store.discard_payloads_async(tid, wp).add_done_callback(_discarded)
         if fence:
             await self._bump(rec)
         rec.clear_transaction(TxnState.COMPLETE_ABORT, now_ms())
