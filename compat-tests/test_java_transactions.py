@@ -440,7 +440,8 @@ def test_killed_producer_aborted_by_timeout(txn, gateway, topic_name):
     # Kafka: read_committed is held back until both transactions are aborted by the coordinator
     # (transaction timeout + its abort check interval, 10 s by default)
     sc2.add("rc-wait", "read", topic=t, iso="rc", want=1, max_ms=40000, settle_ms=0)
-    sc2.add("sleep", "sleep", ms=3500)  # the idle producer's transaction is past its timeout
+    # describe-txn repeats until the state is no longer Ongoing: the idle producer's
+    # transaction is then past its timeout and aborted
     sc2.add("describe-dead", "describe-txn", txid=tx_dead, wait_ms=25000)
     sc2.add("describe-idle", "describe-txn", txid=tx_idle, wait_ms=25000)
     sc2.add("commit-idle", "commit", p="idle")

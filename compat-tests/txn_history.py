@@ -182,11 +182,10 @@ def stop_flag() -> threading.Event:
     exits at once."""
     ev = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: ev.set())
-    parent = os.getppid()
-
     def orphan_watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1)
+        # stdin is a pipe from the orchestrator that nothing is written to: it reads EOF
+        # when the orchestrator has gone (however it died)
+        sys.stdin.buffer.read()
         os._exit(5)
 
     threading.Thread(target=orphan_watch, daemon=True).start()
@@ -281,7 +280,7 @@ def _init_txns(p, log: Log, stop: threading.Event, deadline_s: float = 120.0) ->
                 return False
             if stop.is_set() and mono() > end - deadline_s + 20:
                 return False
-            time.sleep(0.3)
+            stop.wait(0.3)
     return False
 
 
@@ -329,7 +328,7 @@ def worker_txn(spec: dict) -> int:
             p = _txn_producer(spec, txid)
             if not _init_txns(p, log, stop):
                 reset("init failed")
-                time.sleep(0.5)
+                stop.wait(0.5)
                 continue
         seq += 1
         x = f"{wid}:{seq}"
@@ -378,9 +377,9 @@ def worker_txn(spec: dict) -> int:
                 # epoch); the commit then fails, and nothing of it may show
                 stall = spec["txn_timeout_ms"] / 1000 + 2.5
                 log("stall", x=x, s=stall, t=mono())
-                time.sleep(stall)
+                time.sleep(stall)  # real time: the live gateway's own timeout must pass
             elif rng.random() < 0.1:
-                time.sleep(rng.uniform(0, 0.3))  # hold a transaction open a while
+                stop.wait(rng.uniform(0, 0.3))  # hold a transaction open a while
             log("committing", x=x, t=mono())
             last = None
             for _ in range(3):
@@ -400,7 +399,7 @@ def worker_txn(spec: dict) -> int:
                 log("commit_error", x=x, err=str(kerr(last) or last), t=mono())
                 abort_or_reset(last)
         if pace:
-            time.sleep(rng.uniform(0, pace))
+            stop.wait(rng.uniform(0, pace))
     _drop(p)
     log("exit", t=mono())
     return 0
@@ -459,10 +458,10 @@ def worker_plain(spec: dict) -> int:
             _produce(p, t, v, rid.encode(), cb)
         except Exception as exc:
             log("produce_error", r=rid, err=str(kerr(exc) or exc))
-            time.sleep(0.2)
+            stop.wait(0.2)
         p.poll(0)
         if pace:
-            time.sleep(rng.uniform(0, pace))
+            stop.wait(rng.uniform(0, pace))
     p.flush(30)
     log("exit", t=mono())
     return 0
@@ -536,7 +535,7 @@ def worker_http(spec: dict) -> int:
             wp = int(r.json()["writePointer"])
         except Exception as exc:
             log("start_error", x=x, err=repr(exc))
-            time.sleep(0.3)
+            stop.wait(0.3)
             continue
         k = rng.randint(1, min(3, len(topics)))
         chosen = sorted(rng.sample(topics, k))
@@ -581,7 +580,7 @@ def worker_http(spec: dict) -> int:
             if errors:
                 _drop(p)
                 p = make()
-            time.sleep(0.2)
+            stop.wait(0.2)
             continue
         if intent == "abort":
             undo(x, wp, published)
@@ -606,7 +605,7 @@ def worker_http(spec: dict) -> int:
             except Exception as exc:
                 log("commit_error", x=x, wp=wp, err=repr(exc), t=mono())
         if pace:
-            time.sleep(rng.uniform(0, pace))
+            stop.wait(rng.uniform(0, pace))
     p.flush(15)
     log("exit", t=mono())
     return 0
@@ -1038,7 +1037,7 @@ class History:
         err = open(self.workdir / "logs" / f"{wid}.stderr", "wb")  # noqa: SIM115
         s.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "worker", s.kind, json.dumps(spec)],
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,  # never written: closes when this process goes (orphan_watch)
             stdout=err,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -48,6 +48,9 @@ class ServeConfig:
     kafka: GatewayConfig
     http: HttpConfig | None = None  # None: no HTTP listener
     metrics_listen: tuple[str, int] | None = None
+    # The store's clock (epoch ms; None: the wall clock). Tests move it instead of waiting
+    # for timeouts; it drives TTLs, write pointers and transaction timeouts alike.
+    clock: Callable[[], int] | None = None
 
 
 class Services:
@@ -153,6 +156,7 @@ async def serve(
             config.store_url,
             janitor_interval_s=janitor,
             disk_reserve_bytes=kafka.disk_reserve_bytes,
+            clock=config.clock,
         ),
     )
     try:

@@ -112,6 +112,11 @@ class Store:
         )
         self._janitor = Janitor(self, janitor_interval_s) if janitor_interval_s else None
 
+    def now_ms(self) -> int:
+        """The store's clock (injectable, see __init__): what its timestamps, TTLs and
+        transaction timeouts are measured by."""
+        return self._clock()
+
     # --- topics ---------------------------------------------------------------------------
     def create_topic(
         self, topic: TopicId, properties: dict[str, str] | None = None

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -40,10 +40,17 @@ class GatewayThread:
     """A gateway on its own event loop in a daemon thread."""
 
     def __init__(
-        self, store_url: str, config: GatewayConfig | None = None, *, http: bool = False
+        self,
+        store_url: str,
+        config: GatewayConfig | None = None,
+        *,
+        http: bool = False,
+        clock: Callable[[], int] | None = None,
     ) -> None:
-        """``http``: serve the HTTP API too, on a free port (``http_url``)."""
+        """``http``: serve the HTTP API too, on a free port (``http_url``). ``clock``: the
+        store's clock in epoch ms (default: the wall clock), for tests that move time."""
         self.store_url = store_url
+        self.clock = clock
         self.config = replace(config or GatewayConfig(), host="127.0.0.1", port=0)
         self.http = http
         self.server: KafkaServer | None = None
@@ -89,6 +96,11 @@ class GatewayThread:
                 self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
 
+    def run(self, coro: Any, timeout_s: float = 10) -> Any:
+        """Run a coroutine on the gateway's loop and return its result."""
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
     def call(self, fn: Any, *args: Any) -> Any:
         """Run fn(*args) on the gateway's loop thread and return its result."""
         assert self._loop is not None
@@ -113,7 +125,7 @@ class GatewayThread:
                 from tmsgate.gateway.http.config import HttpConfig
 
                 http = HttpConfig(host="127.0.0.1", port=0)
-            config = ServeConfig(self.store_url, self.config, http)
+            config = ServeConfig(self.store_url, self.config, http, clock=self.clock)
             await serve(config, stop=self._stop, on_ready=ready, handle_signals=False)
 
         try:
@@ -124,8 +136,12 @@ class GatewayThread:
 
 
 @contextmanager
-def gateway_thread(tmp_path: Path, http: bool = False, **config: Any) -> Iterator[GatewayThread]:
-    gw = GatewayThread(f"leveldb://{tmp_path / 'store'}", GatewayConfig(**config), http=http)
+def gateway_thread(
+    tmp_path: Path, http: bool = False, clock: Callable[[], int] | None = None, **config: Any
+) -> Iterator[GatewayThread]:
+    gw = GatewayThread(
+        f"leveldb://{tmp_path / 'store'}", GatewayConfig(**config), http=http, clock=clock
+    )
     gw.start()
     try:
         yield gw

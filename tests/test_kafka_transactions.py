@@ -270,13 +270,6 @@ def test_two_topics_commit_together(client: RawClient) -> None:
 
 
 # --- EndTxn ------------------------------------------------------------------------------------
-def wait_until(condition: Any, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.01)
-
-
 def payload_rows(gw: GatewayThread, topic: str) -> int:
     """The topic's PayloadTable rows, read from the store's backend (the records of Kafka
     transactions before their commit, and after it as the referenced data)."""
@@ -296,8 +289,9 @@ def test_abort_leaves_nothing_and_takes_no_offsets(gw: GatewayThread, client: Ra
     assert p.send(topic, 3).error_code == E.NONE
     assert payload_rows(gw, topic) == 3
     assert p.end(False) == E.NONE
-    # The aborted records' rows are freed at once (queued after the abort: wait for it).
-    wait_until(lambda: payload_rows(gw, topic) == 0, "aborted payloads discarded")
+    # The aborted records' rows are freed at once: their delete is queued before the
+    # abort's record, and the store's writer is first in, first out.
+    assert payload_rows(gw, topic) == 0
     assert p.end(False) == E.NONE  # a retried abort
     assert p.end(True) == E.INVALID_TXN_STATE  # commit after the abort
     for isolation in (0, 1):
@@ -418,21 +412,33 @@ def test_txn_offset_commit_checks_the_member(client: RawClient) -> None:
 
 
 # --- the timeout -------------------------------------------------------------------------------
-def test_a_timed_out_transaction_is_aborted_and_fenced(client: RawClient) -> None:
-    topic = unique("timeout")
-    create(client, topic)
-    p = Producer(client, unique("timeout-id"), timeout_ms=1000)
-    assert p.add(topic) == {f"{topic}/0": E.NONE}
-    assert p.send(topic, 2).error_code == E.NONE
-    deadline = time.monotonic() + 20
-    while (state := describe(client, p.tid)[0]).transaction_state != "CompleteAbort":
-        assert state.transaction_state == "Ongoing"
-        assert time.monotonic() < deadline, "the transaction did not time out"
-        time.sleep(0.05)
-    assert (state.producer_id, state.producer_epoch) == (p.pid, p.epoch + 1)
-    assert p.send(topic, 1).error_code == E.INVALID_PRODUCER_EPOCH
-    assert p.end(True) == E.PRODUCER_FENCED
-    assert values(client, topic) == [] and plain_produce(client, topic).base_offset == 0
+def test_a_timed_out_transaction_is_aborted_and_fenced(tmp_path: Any) -> None:
+    # The store's clock is moved past the timeout, and the expiry (run every second by the
+    # gateway) is run at once: no waiting for time to pass.
+    moved = [0]
+
+    def clock() -> int:
+        return time.time_ns() // 1_000_000 + moved[0]
+
+    with gateway_thread(tmp_path, clock=clock) as timed:
+        client = RawClient(timed.address)
+        topic = unique("timeout")
+        create(client, topic)
+        p = Producer(client, unique("timeout-id"), timeout_ms=1000)
+        assert p.add(topic) == {f"{topic}/0": E.NONE}
+        assert p.send(topic, 2).error_code == E.NONE
+        txns = timed.broker.txns
+        assert timed.run(txns.expire()) == []  # within its timeout
+        assert describe(client, p.tid)[0].transaction_state == "Ongoing"
+        moved[0] += 1001
+        timed.run(txns.expire())  # (or the gateway's own expiry got there first)
+        state = describe(client, p.tid)[0]
+        assert state.transaction_state == "CompleteAbort"
+        assert (state.producer_id, state.producer_epoch) == (p.pid, p.epoch + 1)
+        assert p.send(topic, 1).error_code == E.INVALID_PRODUCER_EPOCH
+        assert p.end(True) == E.PRODUCER_FENCED
+        assert values(client, topic) == [] and plain_produce(client, topic).base_offset == 0
+        client.close()
 
 
 # --- DescribeTransactions / ListTransactions / FindCoordinator / ApiVersions -------------------

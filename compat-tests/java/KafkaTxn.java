@@ -37,7 +37,6 @@
 //   describe-txn:txid=X[:wait_ms=MS]       AdminClient describeTransactions; with wait_ms,
 //                                          repeats until the state is no longer Ongoing/
 //                                          Prepare* (or wait_ms): "state", "waited_ms", ...
-//   sleep:ms=MS
 //   hang                                   prints {"event":"hang"} and sleeps forever (the test
 //                                          SIGKILLs the JVM)
 //   ctp:in=I:out=O:group=G:txid=X[:every=50][:hang_after=K[:hang_at=send|offsets]][:until=E][:max_ms=MS]
@@ -62,6 +61,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
@@ -296,9 +296,6 @@ public final class KafkaTxn {
             case "read": return read(s);
             case "group-offset": return groupOffset(s);
             case "describe-txn": return describeTxn(s);
-            case "sleep":
-                Thread.sleep(s.l("ms", 0));
-                return "";
             case "hang":
                 hang();
                 return "";
@@ -310,9 +307,7 @@ public final class KafkaTxn {
 
     static void hang() throws InterruptedException {
         out("{\"event\":\"hang\"}");
-        while (true) {
-            Thread.sleep(60_000);
-        }
+        new CountDownLatch(1).await(); // until the test kills the JVM
     }
 
     // ------------------------------------------------------------------ producers

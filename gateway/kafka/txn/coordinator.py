@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -84,10 +83,6 @@ def for_version(code: ErrorCode, version: int, fenced_since: int) -> ErrorCode:
     if code is E.PRODUCER_FENCED and version < fenced_since:
         return E.INVALID_PRODUCER_EPOCH
     return code
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class TxnCoordinator:
@@ -170,7 +165,7 @@ class TxnCoordinator:
                 rec.write_pointer,
                 exc.state,
             )
-            rec.clear_transaction(TxnState.COMPLETE_ABORT, now_ms())
+            rec.clear_transaction(TxnState.COMPLETE_ABORT, self.store.now_ms())
             return False
 
     def _register(self, rec: TxnRecord) -> None:
@@ -230,7 +225,9 @@ class TxnCoordinator:
             rec = self._by_id.get(transactional_id)
             if rec is None:
                 pid = await self.broker.producers.allocate_id()
-                rec = TxnRecord(transactional_id, pid, 0, timeout_ms, updated_ms=now_ms())
+                rec = TxnRecord(
+                    transactional_id, pid, 0, timeout_ms, updated_ms=self.store.now_ms()
+                )
                 await self._persist(rec)
                 self._register(rec)
                 return rec.producer_id, rec.epoch
@@ -250,7 +247,7 @@ class TxnCoordinator:
                 await self._abort(rec, fence=False)
             await self._bump(rec, own=producer_id >= 0)
             rec.timeout_ms = timeout_ms
-            rec.clear_transaction(TxnState.EMPTY, now_ms())
+            rec.clear_transaction(TxnState.EMPTY, self.store.now_ms())
             await self._persist(rec)
             return rec.producer_id, rec.epoch
 
@@ -302,7 +299,7 @@ class TxnCoordinator:
         # A second more than Kafka's timeout: the coordinator's own expiry (which fences the
         # producer, as Kafka does) normally gets there first.
         tx, started = manager.start_queued(rec.timeout_ms / 1000 + 1.0)
-        rec.clear_transaction(TxnState.ONGOING, now_ms())
+        rec.clear_transaction(TxnState.ONGOING, self.store.now_ms())
         wp = rec.write_pointer = tx.write_pointer
         rec.started_ms = rec.updated_ms
         self._by_wp[wp] = rec
@@ -324,7 +321,7 @@ class TxnCoordinator:
                 "transactional id %r: starting a transaction failed: %s", rec.transactional_id, exc
             )
             self._by_wp.pop(wp, None)
-            rec.clear_transaction(TxnState.COMPLETE_ABORT, now_ms())
+            rec.clear_transaction(TxnState.COMPLETE_ABORT, self.store.now_ms())
 
     async def add_partitions(
         self,
@@ -439,7 +436,7 @@ class TxnCoordinator:
                     E.PRODUCER_FENCED,
                     f"the transaction of {transactional_id!r} timed out and was aborted",
                 ) from None
-            rec.state, rec.decided_ms = TxnState.PREPARE_COMMIT, now_ms()
+            rec.state, rec.decided_ms = TxnState.PREPARE_COMMIT, self.store.now_ms()
             await self._apply_commit(rec, replay=False)
 
     @staticmethod
@@ -478,7 +475,7 @@ class TxnCoordinator:
                 )
             await self._step("complete")
             records = sum(referenced)
-            rec.clear_transaction(TxnState.COMPLETE_COMMIT, now_ms())
+            rec.clear_transaction(TxnState.COMPLETE_COMMIT, self.store.now_ms())
             # Not awaited: the commit is whole without it (a restart that still finds
             # PrepareCommit replays the steps above, which change nothing now), and the
             # record's next write is queued after it.
@@ -524,7 +521,7 @@ class TxnCoordinator:
                 self.store.discard_payloads_async(tid, wp).add_done_callback(_discarded)
         if fence:
             await self._bump(rec)
-        rec.clear_transaction(TxnState.COMPLETE_ABORT, now_ms())
+        rec.clear_transaction(TxnState.COMPLETE_ABORT, self.store.now_ms())
         await self._persist(rec)
         self._by_wp.pop(wp, None)
         self._ended.labels("aborted").inc()
@@ -533,7 +530,7 @@ class TxnCoordinator:
         """Abort (and fence) every transaction open longer than its timeout."""
         if self._loading is None or not self._loading.done():
             return []
-        now = now_ms()
+        now = self.store.now_ms()
         expired = []
         for rec in list(self._by_wp.values()):
             if rec.state is TxnState.ONGOING and now > rec.started_ms + rec.timeout_ms:
@@ -552,7 +549,7 @@ class TxnCoordinator:
         self, states: Iterable[str], producer_ids: Iterable[int], min_duration_ms: int
     ) -> list[TxnRecord]:
         wanted_states, wanted_pids = set(states), set(producer_ids)
-        now = now_ms()
+        now = self.store.now_ms()
         return [
             rec
             for rec in self._by_id.values()
