@@ -149,9 +149,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def self_started_gateway(report: dict[str, object]) -> Iterator[str]:
+def self_started_gateway(
+    report: dict[str, object], prefix: str = "tmsgate-clients-bench-"
+) -> Iterator[str]:
     """`tmsgate serve` on a temp LevelDB dir and a free port; yields its bootstrap."""
-    with tempfile.TemporaryDirectory(prefix="tmsgate-clients-bench-") as workdir:
+    with tempfile.TemporaryDirectory(prefix=prefix) as workdir:
         port = free_port()
         log_path = Path(workdir) / "gateway.log"
         cmd = [

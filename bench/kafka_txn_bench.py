@@ -63,22 +63,21 @@ import contextlib
 import json
 import logging
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+# The gateway, logging and percentile helpers of the clients benchmark (this folder).
+from kafka_clients_bench import ck_common, log, percentile, self_started_gateway, setup_logging
 
 VENV_BIN = Path(sys.executable).parent
 VALUE_BYTES = 1024
@@ -104,123 +103,13 @@ SMALL_RECORDS = 10
 LARGE_RECORDS = 1000
 
 
-def log(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------- warnings
-
-
-class WarningCounter(logging.Handler):
-    """Counts WARNING+ log records (client libraries, py.warnings) per logger."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.counts: collections.Counter[str] = collections.Counter()
-        self.samples: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.counts[record.name] += 1
-        if len(self.samples) < 20:
-            self.samples.append(f"{record.levelname} {record.name}: {record.getMessage()}"[:300])
-
-
-def setup_logging() -> WarningCounter:
-    logging.basicConfig(
-        level=logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.captureWarnings(True)
-    counter = WarningCounter()
-    logging.getLogger().addHandler(counter)
-    return counter
 
 
 CK_LOG = logging.getLogger("confluent_kafka")
 
 
-def ck_error_cb(err: KafkaError) -> None:
-    CK_LOG.warning("error_cb: %s", err)
-
-
-def ck_common(bootstrap: str) -> dict[str, object]:
-    return {"bootstrap.servers": bootstrap, "logger": CK_LOG, "error_cb": ck_error_cb}
-
-
 # --------------------------------------------------------------------------- gateway
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def self_started_gateway(report: dict[str, object]) -> Iterator[str]:
-    """`tmsgate serve` on a temp LevelDB dir and a free port; yields its bootstrap."""
-    with tempfile.TemporaryDirectory(prefix="tmsgate-txn-bench-") as workdir:
-        port = free_port()
-        log_path = Path(workdir) / "gateway.log"
-        cmd = [
-            str(VENV_BIN / "tmsgate"),
-            "serve",
-            "--store",
-            f"leveldb://{workdir}/store",
-            "--kafka-listen",
-            f"127.0.0.1:{port}",
-            "--no-http",
-            "--log-level",
-            "WARNING",
-        ]
-        with open(log_path, "wb") as log_file:
-            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
-        try:
-            wait_for_port(proc, ("127.0.0.1", port))
-            log(f"gateway: started pid {proc.pid} on 127.0.0.1:{port}, store {workdir}/store")
-            yield f"127.0.0.1:{port}"
-        finally:
-            report["store_bytes"] = dir_bytes(Path(workdir) / "store")
-            stop(proc)
-            report["exit_code"] = proc.returncode
-            lines = log_path.read_text(errors="replace").splitlines()
-            report["log_lines"] = len(lines)
-            report["log_tail"] = lines[-15:]
-            if lines:
-                log(f"gateway: {len(lines)} log lines (WARNING+), last ones:")
-                for line in lines[-15:]:
-                    log(f"  | {line}")
-
-
-def wait_for_port(proc: subprocess.Popen[bytes], address: tuple[str, int]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"gateway exited with code {proc.returncode} before listening")
-        try:
-            socket.create_connection(address, 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"gateway did not listen on {address} within 30 s")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        log("gateway: did not stop within 30 s of SIGTERM, killing it")
-        proc.kill()
-        proc.wait(10)
-
-
-def dir_bytes(path: Path) -> int:
-    # Allocated blocks, not st_size: value-log segments are created sparse at full size.
-    return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())
 
 
 # --------------------------------------------------------------------------- topics
@@ -258,13 +147,6 @@ def delete_topic(bootstrap: str, topic: str) -> None:
         admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
     except Exception as exc:  # not part of what is measured
         log(f"  (delete_topics {topic} failed: {exc})")
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    k = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[k]
 
 
 HIST_EDGES_MS = (1, 2, 5, 10, 20, 50, 100, 1000, 10000)
@@ -835,7 +717,8 @@ def main() -> None:
     }
     gateway: dict[str, object] = {}
     with contextlib.ExitStack() as stack:
-        bootstrap = args.bootstrap or stack.enter_context(self_started_gateway(gateway))
+        own = self_started_gateway(gateway, "tmsgate-txn-bench-")
+        bootstrap = args.bootstrap or stack.enter_context(own)
         summary["bootstrap"] = bootstrap
         summary["self_started_gateway"] = not args.bootstrap
         summary.update(run_all(bootstrap, args, plan))
