@@ -106,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Kafka's auto.create.topics.enable (env TMSGATE_AUTO_CREATE_TOPICS)",
     )
     s.add_argument(
+        "--num-partitions",
+        type=int,
+        default=int(_env("TMSGATE_NUM_PARTITIONS", "1") or 1),
+        help="Kafka's num.partitions: partitions of auto-created topics and of "
+        "CreateTopics asking for -1 (env TMSGATE_NUM_PARTITIONS)",
+    )
+    s.add_argument(
         "--max-request-bytes",
         type=int,
         default=int(_env("TMSGATE_MAX_REQUEST_BYTES", str(100 << 20)) or 0),
@@ -183,6 +190,7 @@ def _config(args: argparse.Namespace) -> object:
         advertised_port=adv_port,
         namespace=args.namespace,
         auto_create_topics=args.auto_create_topics,
+        default_partitions=args.num_partitions,
         max_request_bytes=args.max_request_bytes,
         queued_max_request_bytes=args.queued_max_request_bytes,
         idle_timeout_s=args.idle_timeout_ms / 1000,

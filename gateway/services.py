@@ -91,6 +91,9 @@ class Services:
         loop = asyncio.get_running_loop()
         self.broker.attach(loop)
         await self.broker.groups.ready()  # restored members must expire on time
+        # Partition changes (create, grow, delete, configs) a crash cut short are finished
+        # before any client sees the topics.
+        await self.broker.topics.repair()
         # Before listening: commits decided before a crash are finished (and open Kafka
         # transactions aborted) before any client can read.
         await self.broker.txns.ready()

@@ -8,6 +8,13 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# Partition p > 0 of Kafka topic ``name`` is the TMS topic ``name~p`` (partition 0 is
+# ``name`` itself, so single-partition stores read as before). Kafka never allows ``~``
+# in a topic name, so no user's topic can collide with a partition; ``~`` is also an
+# unreserved URL character, so the HTTP API addresses ``/topics/orders~3`` as it is.
+PARTITION_MARK = "~"
+MAX_PARTITIONS = 100_000
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}(~[1-9][0-9]{0,4})?$")
 _MESSAGE_ID = struct.Struct(">QHQH")
 
 
@@ -19,16 +26,41 @@ class TopicId:
     topic: str
 
     def __post_init__(self) -> None:
-        for part, what in ((self.namespace, "namespace"), (self.topic, "topic")):
-            if not isinstance(part, str) or not _NAME.match(part):
+        for part, what, rule in (
+            (self.namespace, "namespace", _NAME),
+            (self.topic, "topic", _TOPIC),
+        ):
+            if not isinstance(part, str) or not rule.match(part):
                 raise ValueError(
                     f"invalid {what} name {part!r}: use 1-249 characters of [A-Za-z0-9._-]"
+                    + (", then ~P for partition P > 0" if rule is _TOPIC else "")
                 )
-            if part in (".", ".."):  # Kafka refuses them: they are directory names
+            base = part.partition(PARTITION_MARK)[0]
+            if base in (".", ".."):  # Kafka refuses them: they are directory names
                 raise ValueError(f"invalid {what} name {part!r}: '.' and '..' are reserved")
 
     def __str__(self) -> str:
         return f"{self.namespace}:{self.topic}"
+
+    @property
+    def kafka_name(self) -> str:
+        """The Kafka topic this TMS topic is a partition of."""
+        return self.topic.partition(PARTITION_MARK)[0]
+
+    @property
+    def partition(self) -> int:
+        """Which partition of ``kafka_name`` this topic is (0 for a plain topic)."""
+        _, mark, index = self.topic.partition(PARTITION_MARK)
+        return int(index) if mark else 0
+
+    @classmethod
+    def of_partition(cls, namespace: str, name: str, partition: int) -> TopicId:
+        """The TMS topic holding ``partition`` of Kafka topic ``name``."""
+        if partition == 0:
+            return cls(namespace, name)
+        if not 0 < partition < MAX_PARTITIONS or PARTITION_MARK in name:
+            raise ValueError(f"no partition {partition} of topic {name!r}")
+        return cls(namespace, f"{name}{PARTITION_MARK}{partition}")
 
     @classmethod
     def stored(cls, namespace: str, topic: str) -> TopicId:

@@ -6,6 +6,7 @@ returns and concurrent writers share fsyncs. Reads run on the caller's thread.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -137,6 +138,32 @@ class Store:
 
         return self._write(op)
 
+    def create_topics(
+        self, topics: Sequence[TopicId], properties: dict[str, str] | None = None
+    ) -> list[TopicMetadata]:
+        """Create several topics with the same properties, in one write, replacing any that
+        exist (each gets a new generation: the old one's data is never visible again).
+        For sets of topics only whose creator makes them visible afterwards (a Kafka
+        topic's partitions, storage/partitions.py); nothing relies on the rows landing
+        together."""
+        props = validate_properties(properties)
+
+        def op(batch: Batch) -> list[TopicMetadata]:
+            out = []
+            for topic in topics:
+                previous = self._topic_metadata(topic)
+                gen = previous.generation if previous else 0
+                md = new_metadata(topic, gen, props, self._clock())
+                batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(md)))
+                batch.after.append(functools.partial(self._topic_changed, md))
+                with self._lock:
+                    self._metadata[topic] = md
+                    self._states.pop(topic, None)
+                out.append(md)
+            return out
+
+        return self._write(op)  # type: ignore[return-value]
+
     def update_topic(
         self,
         topic: TopicId,
@@ -177,6 +204,53 @@ class Store:
                 self._states.pop(topic, None)
 
         self._write(op)
+
+    def update_topics(
+        self, topics: Sequence[TopicId], properties: dict[str, str]
+    ) -> list[TopicMetadata]:
+        """Give those of ``topics`` that exist these properties, in one write."""
+        props = validate_properties(properties)
+
+        def op(batch: Batch) -> list[TopicMetadata]:
+            out = []
+            for topic in topics:
+                md = self._topic_metadata(topic)
+                if md is None or md.generation <= 0:
+                    continue
+                md = TopicMetadata(topic, md.generation, props, md.topic_uuid, md.created_ms)
+                batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(md)))
+                batch.after.append(functools.partial(self._topic_changed, md))
+                with self._lock:
+                    self._metadata[topic] = md
+                    st = self._states.get(topic)
+                    if st is not None:
+                        st.metadata = md
+                out.append(md)
+            return out
+
+        return self._write(op)  # type: ignore[return-value]
+
+    def delete_topics(self, topics: Sequence[TopicId]) -> list[TopicMetadata]:
+        """Delete those of ``topics`` that exist, in one write; -> what they were."""
+
+        def op(batch: Batch) -> list[TopicMetadata]:
+            out = []
+            for topic in topics:
+                md = self._topic_metadata(topic)
+                if md is None or md.generation <= 0:
+                    continue
+                gone = TopicMetadata(
+                    topic, -md.generation, md.properties, md.topic_uuid, md.created_ms
+                )
+                batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(gone)))
+                batch.after.append(functools.partial(self._topic_changed, gone))
+                with self._lock:
+                    self._metadata[topic] = gone
+                    self._states.pop(topic, None)
+                out.append(md)
+            return out
+
+        return self._write(op)  # type: ignore[return-value]
 
     def get_topic(self, topic: TopicId) -> TopicMetadata:
         self._check_open()

@@ -281,8 +281,9 @@ def test_create_topic_validation(client: RawClient) -> None:
     def create(**kw: Any) -> Any:
         return client.request(kr.create_topic(**kw), 5).topics[0]
 
-    bad = create(name="parts", partitions=3)
-    assert bad.error_code == ErrorCode.INVALID_PARTITIONS and "unpartitioned" in bad.error_message
+    for count in (0, -2, 100_000):
+        bad = create(name="parts", partitions=count)
+        assert bad.error_code == ErrorCode.INVALID_PARTITIONS and "between 1" in bad.error_message
     assert create(name="repl", replication=3).error_code == ErrorCode.INVALID_REPLICATION_FACTOR
     assert (
         create(name="cfg", configs={"cleanup.policy": "compact"}).error_code

@@ -1,7 +1,10 @@
 """Topic administration: create, update, describe, list and delete (the seed's REST API).
 
 Topics in the Kafka namespace are Kafka's topics too: the Kafka side learns of changes
-made here through the store's topic listener.
+made here through the store's topic listener. A Kafka topic's partition p > 0 is the
+topic ``name~p`` (storage/partitions.py): readable and writable here like any topic,
+but created, reconfigured and deleted only with its topic (``name``), whose property
+``kafka.partitions`` is the partition count.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 from tmsgate.gateway.errors import BadRequest
-from tmsgate.storage import TopicMetadata
+from tmsgate.storage import TopicId, TopicMetadata, partitions
+from tmsgate.storage.ids import MAX_PARTITIONS
 
 from .config import HttpConfig
 from .errors import check_namespace, json_response, read_json_object, topic_id
@@ -61,9 +65,16 @@ class TopicHandlers:
         return json_response(sorted(t.topic for t in topics))
 
     async def create_topic(self, request: Request) -> Response:
-        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        tid = _whole_topic(request)
         doc = await read_json_object(request, _MAX_PROPERTIES_BYTES, required=False)
-        md = await self.services.run(self.store.create_topic, tid, properties_of(doc))
+        props = properties_of(doc)
+        count = props.get(partitions.PARTITIONS, "1")
+        if not (count.isdigit() and 0 < int(count) < MAX_PARTITIONS):
+            raise BadRequest(
+                f"{partitions.PARTITIONS} must be a whole number from 1 to "
+                f"{MAX_PARTITIONS - 1}, got {count!r}"
+            )
+        md = await self.services.run(partitions.create, self.store, tid, props, int(count))
         return json_response(topic_json(md))
 
     async def get_topic(self, request: Request) -> Response:
@@ -71,13 +82,30 @@ class TopicHandlers:
         return json_response(topic_json(await self.services.run(self.store.get_topic, tid)))
 
     async def delete_topic(self, request: Request) -> Response:
-        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
-        await self.services.run(self.store.delete_topic, tid)
+        tid = _whole_topic(request)
+        await self.services.run(partitions.delete, self.store, tid)
         return Response(status_code=200)
 
     async def update_topic(self, request: Request) -> Response:
-        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        tid = _whole_topic(request)
         # Required: an empty body would otherwise wipe every property by accident.
         doc = await read_json_object(request, _MAX_PROPERTIES_BYTES, required=True)
-        md = await self.services.run(self.store.update_topic, tid, properties_of(doc))
+        props = properties_of(doc)
+        if partitions.PARTITIONS in props:
+            raise BadRequest(
+                f"{partitions.PARTITIONS} cannot change here: add partitions with Kafka's "
+                "CreatePartitions (kafka-topics.sh --alter --partitions N)"
+            )
+        md = await self.services.run(partitions.update, self.store, tid, props)
         return json_response(topic_json(md))
+
+
+def _whole_topic(request: Request) -> TopicId:
+    """The topic a create, update or delete names: never one partition of a topic."""
+    tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+    if tid.partition:
+        raise BadRequest(
+            f"{tid.topic!r} is partition {tid.partition} of topic {tid.kafka_name!r}: "
+            "partitions are created, configured and deleted with their topic"
+        )
+    return tid

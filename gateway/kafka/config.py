@@ -38,6 +38,7 @@ class GatewayConfig:
     advertised_port: int | None = None
     namespace: str = "default"
     auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
+    default_partitions: int = 1  # Kafka's num.partitions: auto-created topics, and -1
     max_request_bytes: int = DEFAULT_MAX_FRAME_BYTES  # socket.request.max.bytes
     # queued.max.request.bytes: requests being received or queued, all connections
     # together; <= 0 unbounded, as Kafka's -1 (the default's reasons: stream.py).

@@ -1,5 +1,8 @@
 """Kafka topic names <-> store topics, with a short-lived cache and auto-creation.
 
+A Kafka topic with N partitions is N unpartitioned TMS topics (storage/partitions.py):
+partition 0 is the TMS topic of the same name, partition p > 0 the TMS topic ``name~p``.
+
 Every produce and fetch needs the topic's generation and configs; asking the store
 each time would put a blocking call on every request. A change made through any of the
 store's APIs (HTTP too) drops the entry once it is durable (``attach``); entries also
@@ -9,15 +12,19 @@ live only a few seconds, and any TopicNotFound from the store drops one at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tmsgate.protocol import ErrorCode
 from tmsgate.storage import TopicAlreadyExists, TopicId, TopicMetadata, TopicNotFound
+from tmsgate.storage import partitions as partitions_
+from tmsgate.storage.ids import PARTITION_MARK
+from tmsgate.storage.partitions import partition_count
 
 from .config import InvalidTopicName, TopicConfig, topic_config
 from .errors import error_of
@@ -32,21 +39,31 @@ UNKNOWN_ID_RESCAN_S = 1.0  # at most one full scan a second for unknown topic id
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
+    """One partition of a Kafka topic: ``id`` and ``metadata`` are that partition's TMS
+    topic; ``name``, ``uuid``, ``config`` and ``partitions`` are the Kafka topic's."""
+
     name: str
     id: TopicId
     metadata: TopicMetadata
     config: TopicConfig
+    partition: int = 0
+    partitions: int = 1
+    topic_uuid: bytes = b""  # partition 0's: the Kafka topic id
 
     @property
     def uuid(self) -> uuid.UUID:
-        raw = self.metadata.topic_uuid
+        raw = self.topic_uuid or self.metadata.topic_uuid
         return uuid.UUID(bytes=raw) if len(raw) == 16 else uuid.UUID(int=0)
 
 
 class TopicRegistry:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self._cache: dict[str, tuple[TopicInfo, float]] = {}
+        self._cache: dict[str, tuple[TopicInfo, float]] = {}  # partition 0 of each topic
+        self._parts: dict[str, dict[int, TopicInfo]] = {}  # partitions > 0, same lifetime
+        # One structural change (create, grow, delete) per topic at a time: two creations
+        # racing must not replace each other's partitions.
+        self._changing: dict[str, asyncio.Lock] = {}
         self._by_uuid: dict[uuid.UUID, str] = {}
         self._last_uuid_scan = float("-inf")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -66,25 +83,34 @@ class TopicRegistry:
             self._loop.call_soon_threadsafe(self._apply_change, md)
 
     def _apply_change(self, md: TopicMetadata) -> None:
-        self.invalidate(md.topic.topic)
+        self.invalidate(md.topic.kafka_name)
         if md.generation < 0:  # deleted: its cached batches can never be served again
             self._broker.batch_cache.drop_topic(md.topic_uuid)
 
-    def topic_id(self, name: str) -> TopicId:
+    def topic_id(self, name: str, partition: int = 0) -> TopicId:
+        """The TMS topic of a Kafka topic's partition. Raises InvalidTopicName."""
+        if PARTITION_MARK in name:
+            raise InvalidTopicName(
+                f"invalid topic name {name!r}: use 1-249 characters of [A-Za-z0-9._-]"
+            )
         try:
-            return TopicId(self._broker.config.namespace, name)
+            return TopicId.of_partition(self._broker.config.namespace, name, partition)
         except ValueError as exc:
             raise InvalidTopicName(str(exc)) from None
 
     def _info(self, md: TopicMetadata) -> TopicInfo:
         cfg = topic_config(md.properties, self._broker.config.default_max_message_bytes)
-        info = TopicInfo(md.topic.topic, md.topic, md, cfg)
+        info = TopicInfo(
+            md.topic.topic, md.topic, md, cfg, 0, partition_count(md.properties), md.topic_uuid
+        )
         self._cache[info.name] = (info, time.monotonic() + CACHE_SECONDS)
+        self._parts.pop(info.name, None)  # they hold the previous partition 0's view
         self._by_uuid[info.uuid] = info.name
         return info
 
     def invalidate(self, name: str) -> None:
         self._cache.pop(name, None)
+        self._parts.pop(name, None)
 
     def cached(self, name: str) -> TopicInfo | None:
         hit = self._cache.get(name)
@@ -105,6 +131,29 @@ class TopicRegistry:
             return None
         return self._info(md)
 
+    async def partition(self, topic: TopicInfo, index: int) -> TopicInfo | None:
+        """Partition ``index`` of ``topic`` (its partition 0), or None if it has none."""
+        if index == 0:
+            return topic
+        if not 0 < index < topic.partitions:
+            return None
+        parts = self._parts.get(topic.name)
+        if parts is not None:
+            info = parts.get(index)
+            if info is not None and info.topic_uuid == topic.topic_uuid:
+                return info
+        tid = self.topic_id(topic.name, index)
+        try:
+            md = await self._broker.run(self._broker.store.get_topic, tid)
+        except TopicNotFound:  # a crash cut its creation short: repair() finishes it
+            return None
+        info = TopicInfo(
+            topic.name, tid, md, topic.config, index, topic.partitions, topic.topic_uuid
+        )
+        if self.cached(topic.name) is topic:  # cached only while its topic is
+            self._parts.setdefault(topic.name, {})[index] = info
+        return info
+
     async def resolve(
         self, name: str, auto_create: bool = False
     ) -> tuple[TopicInfo | None, ErrorCode]:
@@ -121,44 +170,78 @@ class TopicRegistry:
         if info is not None or not auto_create or not self._broker.config.auto_create_topics:
             return info
         try:
-            return await self.create(name, {})
+            return await self.create(name, {}, self._broker.config.default_partitions)
         except TopicAlreadyExists:  # another connection created it first
             return await self.get(name)
 
-    async def create(self, name: str, properties: dict[str, str]) -> TopicInfo:
+    @contextlib.asynccontextmanager
+    async def _change(self, name: str) -> AsyncIterator[None]:
+        lock = self._changing.setdefault(name, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and self._changing.get(name) is lock:
+                del self._changing[name]
+
+    async def create(self, name: str, properties: dict[str, str], partitions: int = 1) -> TopicInfo:
+        async with self._change(name):
+            return await self._create(name, properties, partitions)
+
+    async def _create(self, name: str, properties: dict[str, str], partitions: int) -> TopicInfo:
         tid = self.topic_id(name)
-        md = await self._broker.run(self._broker.store.create_topic, tid, properties)
-        log.info("created topic %s (generation %d)", tid, md.generation)
+        store = self._broker.store
+        md = await self._broker.run(partitions_.create, store, tid, properties, partitions)
+        log.info("created topic %s (generation %d, %d partitions)", tid, md.generation, partitions)
         return self._info(md)
+
+    async def add_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow ``name`` to ``total`` partitions (CreatePartitions)."""
+        async with self._change(name):
+            tid = self.topic_id(name)
+            md, before = await self._broker.run(partitions_.grow, self._broker.store, tid, total)
+            log.info("topic %s grew from %d to %d partitions", tid, before, total)
+            return self._info(md)
 
     async def update(
         self, name: str, properties: dict[str, str] | Callable[[dict[str, str]], dict[str, str]]
     ) -> TopicInfo:
-        md = await self._broker.run(
-            self._broker.store.update_topic, self.topic_id(name), properties
+        """New configs for every partition of the topic."""
+        tid = self.topic_id(name)
+        return self._info(
+            await self._broker.run(partitions_.update, self._broker.store, tid, properties)
         )
-        return self._info(md)
 
     async def delete(self, name: str) -> None:
-        tid = self.topic_id(name)
-        self.invalidate(name)
-        old = await self.get(name)
-        try:
-            await self._broker.run(self._broker.store.delete_topic, tid)
-        finally:
+        async with self._change(name):
+            tid = self.topic_id(name)
             self.invalidate(name)
-        if old is not None:  # its cached batches can never be served again: free them now
-            self._broker.batch_cache.drop_topic(old.metadata.topic_uuid)
-        log.info("deleted topic %s", tid)
+            try:
+                gone = await self._broker.run(partitions_.delete, self._broker.store, tid)
+            finally:
+                self.invalidate(name)
+            for md in gone:  # their cached batches can never be served again: free them now
+                self._broker.batch_cache.drop_topic(md.topic_uuid)
+            log.info("deleted topic %s (%d partitions)", tid, len(gone))
+
+    async def repair(self) -> partitions_.Repair:
+        """At start, before clients connect: finish partition changes a crash cut short."""
+        ns = self._broker.config.namespace
+        done = await self._broker.run(partitions_.repair, self._broker.store, ns)
+        for md in done.deleted:
+            self._broker.batch_cache.drop_topic(md.topic_uuid)
+        return done
 
     async def list(self) -> list[TopicInfo]:
-        """Every topic of the namespace, in one executor job."""
+        """Every Kafka topic of the namespace (their partitions 0), in one executor job."""
         store = self._broker.store
         ns = self._broker.config.namespace
 
         def load() -> list[Any]:
             out = []
             for tid in store.list_topics(ns):
+                if tid.partition:
+                    continue
                 try:
                     out.append(store.get_topic(tid))
                 except TopicNotFound:  # deleted between the two calls

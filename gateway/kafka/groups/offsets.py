@@ -116,7 +116,8 @@ class Offsets:
         errors: dict[TopicPartition, GroupErrorCode] = {}
         async for item in self._broker.paced(items):
             tp = (item.topic, item.partition)
-            if topics.get(item.topic) is None or item.partition != 0:
+            info = topics.get(item.topic)
+            if info is None or not 0 <= item.partition < info.partitions:
                 errors[tp] = GroupErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif item.metadata is not None and (
                 len(item.metadata.encode("utf-8")) > self.metadata_max_bytes

@@ -1,6 +1,8 @@
-"""CreateTopics: a TMS topic is unpartitioned and unreplicated, so num_partitions and
-replication_factor must be 1 (or -1, "broker default"); anything else is refused
-with a message saying why. Configs are validated against what tmsgate supports."""
+"""CreateTopics: each partition is an unpartitioned TMS topic (gateway/kafka/topics.py);
+num_partitions -1 is the broker default (num.partitions). The store does the
+replicating, so replication_factor must be 1 (or -1); manual assignments may only name
+this broker. Anything else is refused with a message saying why. Configs are validated
+against what tmsgate supports."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 from kafka.protocol.admin import CreateTopicsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
+from tmsgate.storage.ids import MAX_PARTITIONS
 
 from ..config import TOPIC_CONFIGS, InvalidConfig, apply_configs, topic_config
 from ..context import RequestContext
@@ -28,28 +31,50 @@ class Refused(Exception):
         self.code = code
 
 
-async def validate(broker: Any, topic: Any) -> dict[str, str]:
-    """-> the store properties for this topic; raises Refused. The assignments and
-    configs are paced: one topic may carry tens of thousands."""
-    node_id = broker.config.node_id
-    if topic.num_partitions not in (1, -1):
+def check_partition_count(count: int) -> None:
+    if not 0 < count < MAX_PARTITIONS:
         raise Refused(
             ErrorCode.INVALID_PARTITIONS,
-            f"tmsgate topics are unpartitioned: num_partitions must be 1 (or -1), "
-            f"got {topic.num_partitions}",
+            f"Number of partitions must be between 1 and {MAX_PARTITIONS - 1}, got {count}.",
         )
+
+
+async def check_assignments(broker: Any, assignments: Any, first: int) -> None:
+    """Manual assignments (kafka-topics.sh --replica-assignment) may only name this
+    broker, one replica each (Kafka: INVALID_REPLICA_ASSIGNMENT)."""
+    node_id = broker.config.node_id
+    index = first
+    async for a in broker.paced(assignments):
+        if getattr(a, "partition_index", index) != index or list(a.broker_ids) != [node_id]:
+            raise Refused(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"partition {index} can only be assigned to broker {node_id}, alone",
+            )
+        index += 1
+
+
+async def validate(broker: Any, topic: Any) -> tuple[dict[str, str], int]:
+    """-> the store properties and partition count for this topic; raises Refused. The
+    assignments and configs are paced: one topic may carry tens of thousands."""
+    partitions = topic.num_partitions
+    if topic.assignments:
+        if partitions != -1 or topic.replication_factor != -1:
+            raise Refused(  # Kafka's message
+                ErrorCode.INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                "Both cannot be used at the same time.",
+            )
+        partitions = len(topic.assignments)
+        await check_assignments(broker, topic.assignments, 0)
+    elif partitions == -1:
+        partitions = broker.config.default_partitions
+    check_partition_count(partitions)
     if topic.replication_factor not in (1, -1):
         raise Refused(
             ErrorCode.INVALID_REPLICATION_FACTOR,
             f"replication is the store's job: replication_factor must be 1 (or -1), "
             f"got {topic.replication_factor}",
         )
-    async for a in broker.paced(topic.assignments):
-        if a.partition_index != 0 or list(a.broker_ids) != [node_id]:
-            raise Refused(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"the only possible assignment is partition 0 on broker {node_id}",
-            )
     nulls = [c.name async for c in broker.paced(topic.configs) if c.value is None]
     if nulls:  # as KRaft Kafka answers (a null would otherwise mean "the default")
         raise Refused(
@@ -57,7 +82,7 @@ async def validate(broker: Any, topic: Any) -> dict[str, str]:
         )
     changes = {c.name: c.value async for c in broker.paced(topic.configs)}
     try:
-        return apply_configs({}, changes)
+        return apply_configs({}, changes), partitions
     except InvalidConfig as exc:
         raise Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
@@ -80,14 +105,14 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
     broker = ctx.broker
     name = topic.name
     try:
-        props = await validate(broker, topic)
+        props, partitions = await validate(broker, topic)
         broker.topics.topic_id(name)
         if validate_only:
             if await broker.topics.get(name) is not None:
                 raise Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
             uuid = None
         else:
-            uuid = (await broker.topics.create(name, props)).uuid
+            uuid = (await broker.topics.create(name, props, partitions)).uuid
     except Refused as exc:
         return _Result(name=name, error_code=exc.code, error_message=str(exc))
     except InvalidTopicName as exc:
@@ -102,7 +127,7 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
         name=name,
         error_code=ErrorCode.NONE,
         error_message=None,
-        num_partitions=1,
+        num_partitions=partitions,
         replication_factor=1,
         configs=_configs(props, broker.config.default_max_message_bytes),
         **kwargs,

@@ -96,7 +96,7 @@ def _broker_configs(ctx: RequestContext) -> dict[str, tuple[str, int]]:
         "message.max.bytes": (str(c.default_max_message_bytes), 3),
         "socket.request.max.bytes": (str(c.max_request_bytes), 3),
         "connections.max.idle.ms": (str(int(c.idle_timeout_s * 1000)), 5),
-        "num.partitions": ("1", 3),
+        "num.partitions": (str(c.default_partitions), 3),
         "default.replication.factor": ("1", 4),
         "log.retention.ms": ("-1", 5),
     }

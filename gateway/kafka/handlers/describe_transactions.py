@@ -7,6 +7,7 @@ from typing import Any
 
 from kafka.protocol.admin.transactions import DescribeTransactionsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
+from tmsgate.storage.ids import PARTITION_MARK
 
 from ..context import RequestContext
 from ..routes import Route
@@ -37,8 +38,17 @@ def _describe(ctx: RequestContext, tid: str, loaded: ErrorCode) -> Any:
         transaction_start_time_ms=rec.started_ms,
         producer_id=rec.producer_id,
         producer_epoch=rec.epoch,
-        topics=[_Topic(topic=t, partitions=[0]) for t in sorted(rec.topics)],
+        topics=[_Topic(topic=t, partitions=ps) for t, ps in sorted(_partitions(rec.topics))],
     )
+
+
+def _partitions(stored: set[str]) -> list[tuple[str, list[int]]]:
+    """The transaction's TMS topics as Kafka topics and partitions."""
+    out: dict[str, list[int]] = {}
+    for name in stored:
+        kafka_name, _, index = name.partition(PARTITION_MARK)
+        out.setdefault(kafka_name, []).append(int(index or 0))
+    return [(t, sorted(ps)) for t, ps in out.items()]
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:

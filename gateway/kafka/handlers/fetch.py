@@ -68,8 +68,8 @@ def _read_one(
 ) -> PartRead:
     """Blocking: runs on the executor."""
     info = t.info
-    if info is None or t.partition != 0:
-        return PartRead(t.missing if info is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if info is None:
+        return PartRead(t.missing)
     tid = info.id
     try:
         earliest, nxt = store.offsets(tid)
@@ -161,10 +161,14 @@ async def _targets(ctx: RequestContext, req: Any) -> list[tuple[Any, list[Target
             info, missing = await topics.by_uuid(ft.topic_id), ErrorCode.UNKNOWN_TOPIC_ID
         else:
             info, missing = await topics.resolve(ft.topic)
-        parts = [
-            Target(info, p.partition, p.fetch_offset, p.partition_max_bytes, missing)
-            async for p in broker.paced(ft.partitions)
-        ]
+        parts = []
+        async for p in broker.paced(ft.partitions):
+            if info is None:
+                part, gone = None, missing
+            else:
+                part = await topics.partition(info, p.partition)
+                gone = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            parts.append(Target(part, p.partition, p.fetch_offset, p.partition_max_bytes, gone))
         out.append((ft, parts))
     return out
 

@@ -105,9 +105,11 @@ async def _partition(
     ctx: RequestContext, info: TopicInfo | None, p: Any, committed: bool, missing: ErrorCode
 ) -> Any:
     kwargs = {"partition_index": p.partition_index, "leader_epoch": -1}
-    if info is None or p.partition_index != 0:
-        code = missing if info is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return _PartResp(error_code=code, timestamp=-1, offset=-1, **kwargs)
+    if info is not None:
+        info = await ctx.broker.topics.partition(info, p.partition_index)
+        missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if info is None:
+        return _PartResp(error_code=missing, timestamp=-1, offset=-1, **kwargs)
     try:
         offset, ts = await ctx.broker.run(lookup, ctx.broker.store, info, p.timestamp, committed)
     except StorageError as exc:
@@ -121,7 +123,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     committed = ctx.version >= 2 and req.isolation_level == READ_COMMITTED
     topics = []
     # Paced: a 1 MB request names ~80,000 partitions, and those the store need not be
-    # asked about (unknown topics, partitions other than 0) are answered without an
+    # asked about (unknown topics and partitions) are answered without an
     # await, which held the loop 180 ms in one piece.
     async for t in broker.paced(req.topics):
         info, missing = await broker.topics.resolve(t.name)

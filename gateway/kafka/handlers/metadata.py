@@ -1,4 +1,4 @@
-"""Metadata: this gateway is the only broker and leads partition 0 of every topic.
+"""Metadata: this gateway is the only broker and leads every partition of every topic.
 
 Topics are auto-created here (auto.create.topics.enable, and the request's
 allow_auto_topic_creation from v4) as Kafka does, at most MAX_AUTO_CREATE_PER_REQUEST
@@ -27,21 +27,24 @@ _Partition = _Topic.MetadataResponsePartition
 
 
 def _topic(info: TopicInfo, node_id: int) -> Any:
-    partition = _Partition(
-        error_code=ErrorCode.NONE,
-        partition_index=0,
-        leader_id=node_id,
-        leader_epoch=-1,
-        replica_nodes=[node_id],
-        isr_nodes=[node_id],
-        offline_replicas=[],
-    )
+    partitions = [
+        _Partition(
+            error_code=ErrorCode.NONE,
+            partition_index=index,
+            leader_id=node_id,
+            leader_epoch=-1,
+            replica_nodes=[node_id],
+            isr_nodes=[node_id],
+            offline_replicas=[],
+        )
+        for index in range(info.partitions)
+    ]
     return _Topic(
         error_code=ErrorCode.NONE,
         name=info.name,
         topic_id=info.uuid,
         is_internal=False,
-        partitions=[partition],
+        partitions=partitions,
     )
 
 

@@ -151,7 +151,7 @@ async def _prepare_transactional(
     # No await from here to store_async: EndTxn must not come between the check that the
     # transaction is open and the write (it would not count these records).
     try:
-        wp = broker.txns.write_pointer_for(batch.producer_id, batch.producer_epoch, info.name)
+        wp = broker.txns.write_pointer_for(batch.producer_id, batch.producer_epoch, info.id.topic)
     except TxnError as exc:
         return _fail(exc.code, str(exc))
     verdict = check(entry, batch)
@@ -241,7 +241,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     # Every loop over the request's topics and partitions is paced: a 1 MB request can
     # name ~100,000 partitions, and those refused (an unknown partition, a bad batch) or
     # already answered await nothing.
-    paced = ctx.broker.paced
+    paced, partition = ctx.broker.paced, ctx.broker.topics.partition
     pending: list[tuple[Any, list[tuple[int, Outcome | asyncio.Future[Outcome]]]]] = []
     writes: list[asyncio.Future[Outcome]] = []
     async for td in paced(req.topic_data):
@@ -252,14 +252,14 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                 outcome: Outcome | asyncio.Future[Outcome] = _fail(
                     ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1"
                 )
-            elif info is None or pd.index != 0:
+            elif info is None or (part := await partition(info, pd.index)) is None:
                 outcome = _fail(
                     missing if info is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"topic {name or td.topic_id} partition {pd.index} "
-                    "does not exist (tmsgate topics have one partition, 0)",
+                    f"topic {name or td.topic_id} partition {pd.index} does not exist"
+                    + (f" (it has {info.partitions})" if info is not None else ""),
                 )
             else:
-                outcome = await _prepare(ctx, info, pd.records)
+                outcome = await _prepare(ctx, part, pd.records)
                 if not isinstance(outcome, Outcome):
                     writes.append(outcome)
             parts.append((pd.index, outcome))

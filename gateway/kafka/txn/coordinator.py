@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote, unquote
 
 from tmsgate.protocol import ErrorCode
-from tmsgate.storage import StorageError, TopicNotFound, TransactionNotInProgress
+from tmsgate.storage import StorageError, TopicId, TopicNotFound, TransactionNotInProgress
 from tmsgate.storage.transactions import COMMITTED
 
 from ..groups import GroupError
@@ -336,16 +336,22 @@ class TxnCoordinator:
         async with self._turn(transactional_id):
             rec = self._current(transactional_id, producer_id, epoch)
             codes: dict[TopicPartition, ErrorCode] = {}
+            stored: set[str] = set()  # the partitions' TMS topics (rec.topics holds those)
+            registry = self.broker.topics
             async for name, partitions in self.broker.paced(topics):
-                info, code = await self.broker.topics.resolve(name)
+                info, code = await registry.resolve(name)
                 for p in partitions:
-                    codes[(name, p)] = code if info is None else E.NONE
-                    if info is not None and p != 0:
-                        codes[(name, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
+                    part = await registry.partition(info, p) if info is not None else None
+                    if part is not None:
+                        stored.add(part.id.topic)
+                        code = E.NONE
+                    elif info is not None:
+                        code = E.UNKNOWN_TOPIC_OR_PARTITION
+                    codes[(name, p)] = code
             if any(codes.values()):
                 return {tp: c or E.OPERATION_NOT_ATTEMPTED for tp, c in codes.items()}
             self._begin(rec)
-            rec.topics.update(t for t, _ in codes)
+            rec.topics.update(stored)
             return codes
 
     async def add_offsets(
@@ -382,7 +388,8 @@ class TxnCoordinator:
         return out
 
     def write_pointer_for(self, producer_id: int, epoch: int, topic: str) -> int:
-        """Produce: the write pointer a transactional batch is stored under."""
+        """Produce: the write pointer a transactional batch is stored under. ``topic``:
+        the partition's TMS topic name."""
         rec = self._by_pid.get(producer_id)
         if rec is None:
             raise TxnError(
@@ -499,8 +506,12 @@ class TxnCoordinator:
         if exc is not None:
             log.warning("writing a transaction record failed (replayed at restart): %s", exc)
 
+    def _topic_id(self, topic: str) -> TopicId:
+        """A TMS topic of rec.topics (a partition: ``name`` or ``name~p``)."""
+        return TopicId(self.broker.config.namespace, topic)
+
     async def _reference(self, topic: str, wp: int) -> int:
-        tid = self.broker.topics.topic_id(topic)
+        tid = self._topic_id(topic)
         try:
             return await asyncio.wrap_future(self.store.publish_sealed_async(tid, wp))
         except TopicNotFound:
@@ -517,7 +528,7 @@ class TxnCoordinator:
             with contextlib.suppress(TransactionNotInProgress):
                 await asyncio.wrap_future(self.store.transactions.abort_async(wp))
             for topic in topics:  # its records can never be read: free their space now
-                tid = self.broker.topics.topic_id(topic)
+                tid = self._topic_id(topic)
                 self.store.discard_payloads_async(tid, wp).add_done_callback(_discarded)
         if fence:
             await self._bump(rec)

@@ -58,7 +58,7 @@ class TxnRecord:
     started_ms: int = -1
     updated_ms: int = 0
     decided_ms: int = -1  # when the commit was decided: its offsets' commit time
-    topics: set[str] = field(default_factory=set)
+    topics: set[str] = field(default_factory=set)  # TMS topics: partitions, name~p
     groups: set[str] = field(default_factory=set)
     offsets: dict[str, dict[TopicPartition, PendingOffset]] = field(default_factory=dict)
     # The (producer id, epoch) before the last InitProducerId bump: a client that did not
