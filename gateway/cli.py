@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from tmsgate.gateway import groups_cli, inspect_cli
+from tmsgate.pipelines import migrate
 
 DEFAULT_STORE = "leveldb://./data"
 DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
@@ -173,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect_cli.add_commands(sub)
     groups_cli.add_commands(sub)
+    migrate.add_commands(sub)
     return parser
 
 
@@ -295,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_command(args)
     if args.command == "groups":
         return groups_cli.run(args)
+    if args.command == "migrate":
+        return migrate.run(args)
     return inspect_cli.run(args)
 
 

@@ -15,6 +15,7 @@ from tmsgate.storage import (
     DiskFull,
     InvalidTopicProperties,
     InvalidTransaction,
+    OffsetGap,
     OffsetOutOfRange,
     StateConflict,
     StorageError,
@@ -72,6 +73,7 @@ _TABLE: tuple[tuple[type[BaseException], ErrorKind], ...] = (
     (TransactionOwned, ErrorKind(ErrorCode.INVALID_TXN_STATE, 409, "transaction_owned")),
     (OffsetOutOfRange, ErrorKind(ErrorCode.OFFSET_OUT_OF_RANGE, 416, "offset_out_of_range")),
     # Only idempotent produce raises it: the batch no longer follows what is durable.
+    (OffsetGap, ErrorKind(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, 409, "offset_gap")),
     (StateConflict, ErrorKind(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, 409, "state_conflict")),
     # A closing store: the client retries (KAFKA_STORAGE_ERROR is retriable) and
     # reconnects, to this gateway once it is back.

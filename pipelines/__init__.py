@@ -1,1 +1,2 @@
-"""Spark data source and migration tools (not yet built)."""
+"""Pipelines into and out of tmsgate: `tmsgate migrate` (migrate.py) copies a Kafka
+cluster in, offsets kept."""

@@ -40,6 +40,7 @@ from ._produce_response import (
 from ._records import (
     FetchRecord,
     ProducedBatch,
+    batch_base_offset,
     batch_next_offset,
     build_batch,
     decode_batch,
@@ -78,6 +79,7 @@ __all__ = [
     "TopicResult",
     "UnsupportedMessageFormat",
     "api_name",
+    "batch_base_offset",
     "batch_next_offset",
     "build_batch",
     "decodable_versions",

@@ -16,6 +16,7 @@ epoch does not touch it.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -108,8 +109,13 @@ _CRC_AT = 17  # base offset 8, length 4, leader epoch 4, magic 1
 _CRC_FROM = 21
 
 
-def decode_batch(raw: memoryview | bytes) -> ProducedBatch:
-    """Validate and decode one v2 batch the way Kafka's LogValidator would."""
+def decode_batch(raw: memoryview | bytes, *, exact: bool = False) -> ProducedBatch:
+    """Validate and decode one v2 batch the way Kafka's LogValidator would.
+
+    ``exact``: a batch copied from another cluster with its offsets (tmsgate migrate):
+    as a fetched batch may be, its records may skip offsets (compaction, transaction
+    markers) and it may hold none, spanning only its base to last offset delta (or
+    nothing, with delta -1: where a copied partition's log starts)."""
     fields = _HEADER.unpack_from(raw, 0)
     attributes, last_offset_delta, max_ts = fields[5], fields[6], fields[8]
     producer_id, producer_epoch, base_sequence, count = fields[9:13]
@@ -122,7 +128,13 @@ def decode_batch(raw: memoryview | bytes) -> ProducedBatch:
     if crc32c(memoryview(raw)[_CRC_FROM:]) != _CRC.unpack_from(raw, _CRC_AT)[0]:
         raise CorruptRecords("record batch CRC does not match its contents")
     batch = DefaultRecordBatch(raw)  # a memoryview slice: no copy of the batch
-    if count <= 0 or last_offset_delta != count - 1:
+    if exact:
+        # No records and delta -1: an empty span, where a copied partition starts.
+        if count < 0 or last_offset_delta < count - 1:
+            raise InvalidRecords(
+                f"batch has {count} records but last offset delta {last_offset_delta}"
+            )
+    elif count <= 0 or last_offset_delta != count - 1:
         raise InvalidRecords(f"batch has {count} records but last offset delta {last_offset_delta}")
     try:
         records = list(batch)
@@ -131,7 +143,15 @@ def decode_batch(raw: memoryview | bytes) -> ProducedBatch:
     if len(records) != count:
         raise CorruptRecords(f"batch declares {count} records but holds {len(records)}")
     base = fields[0]
-    if [r.offset for r in records] != list(range(base, base + count)):
+    if exact:
+        offsets = [r.offset for r in records]
+        if offsets and (
+            offsets[0] < base
+            or offsets[-1] > base + last_offset_delta
+            or any(a >= b for a, b in itertools.pairwise(offsets))
+        ):
+            raise InvalidRecords("record offsets must increase within the batch's span")
+    elif [r.offset for r in records] != list(range(base, base + count)):
         raise InvalidRecords("record offsets in the batch are not consecutive from 0")
     return ProducedBatch(
         producer_id,
@@ -275,6 +295,10 @@ def skip_batch(base_offset: int, last_offset: int, timestamp: int = 0) -> bytes:
     )
     _U32.pack_into(buf, 17, crc32c(memoryview(buf)[21:]))
     return bytes(buf)
+
+
+def batch_base_offset(raw: bytes | memoryview) -> int:
+    return _I64.unpack_from(raw, 0)[0]
 
 
 def batch_next_offset(raw: bytes | memoryview) -> int:

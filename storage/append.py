@@ -176,6 +176,19 @@ class RowAppender:
         mid = MessageId(suffix + bytes(10))
         return PublishResult(base, count, mid, mid, ts, RollbackDetail(wp, ts, seq, ts, seq))
 
+    def append_gap(self, batch: Batch, st: TopicState, count: int) -> None:
+        """One row that moves the topic's offsets on by ``count`` without any message."""
+        ts, seq = self.allocate(st, 1)
+        seq += 1
+        if seq > keys.MAX_SEQ:
+            ts, seq = ts + 1, 0
+        base = st.next_offset
+        key = st.msg_prefix + _SUFFIX.pack(ts, seq)
+        batch.mutations.append((key, keys.encode_gap(base, count)))
+        end = base + count
+        st.last_ts, st.last_seq, st.next_offset = ts, seq, end
+        batch.after.append(lambda: self._on_visible(st, end))
+
     def stored(self, st: TopicState, wp: int) -> list[int]:
         """[rows, last write_ts, last pseq] of a write pointer's PayloadTable rows."""
         stored = st.stored.get(wp)

@@ -53,6 +53,19 @@ class OffsetOutOfRange(StorageError):
         self.next_offset = next_offset
 
 
+class OffsetGap(StorageError):
+    """An exact-offset write (publish_exact_async) starting beyond the topic's next
+    offset: the offsets between would hold nothing without anyone having said so."""
+
+    def __init__(self, topic: object, offset: int, next_offset: int) -> None:
+        super().__init__(
+            f"topic {topic} continues at offset {next_offset}: a write starting at "
+            f"{offset} would leave offsets {next_offset}..{offset - 1} without messages"
+        )
+        self.offset = offset
+        self.next_offset = next_offset
+
+
 class StateConflict(StorageError):
     """Raised by a publish's ``state`` callable to refuse the write: the state it would
     record no longer follows what is durable. Only that publish fails."""

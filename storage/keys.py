@@ -106,6 +106,10 @@ F_NULL = 16
 # its transaction is in progress, and read as plain messages (no write pointer) once it
 # committed, so that Kafka consumers of either isolation level see the same records.
 F_SEALED = 32
+# A gap: offsets base .. base+count-1 that hold no message (a migrated partition keeps its
+# source's offsets, and the source's gaps: compaction, transaction markers, aborted
+# records). Every reader passes over it; a row of only the o column.
+F_GAP = 64
 
 ROW_HEAD = struct.Struct(">BQI")
 ROW_HEAD_META = struct.Struct(">BQII")  # the head, then meta's length (F_META rows)
@@ -144,6 +148,10 @@ def encode_row(
             flags |= F_PAYLOAD
             parts.append(payload)
     return ROW_HEAD.pack(flags, base_offset, count) + b"".join(parts)
+
+
+def encode_gap(base_offset: int, count: int) -> bytes:
+    return ROW_HEAD.pack(F_GAP, base_offset, count)
 
 
 def decode_row(

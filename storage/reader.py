@@ -203,6 +203,9 @@ def read(
         end = base + count
         if end <= skip_off:
             continue
+        if flags & keys.F_GAP:  # offsets without messages: pass over them
+            resume = end
+            continue
         shown_wp, vis = wp, Visibility.ACCEPT
         if wp is not None and flags & keys.F_SEALED:
             # A Kafka transaction's records: held from every reader until the commit

@@ -18,6 +18,7 @@ from .append import Item, RowAppender
 from .backend import Backend, Mutation, open_backend
 from .errors import (
     InvalidTransaction,
+    OffsetGap,
     OffsetOutOfRange,
     StorageError,
     StoreClosed,
@@ -328,6 +329,63 @@ class Store:
             else:
                 batch.mutations.extend(state_mutations)
             return result
+
+        return self._writer.submit(op)
+
+    def publish_exact_async(
+        self,
+        topic: TopicId,
+        base_offset: int,
+        items: Sequence[tuple[int, Item]],
+        end_offset: int,
+    ) -> Future[int]:
+        """Write offsets ``base_offset`` .. ``end_offset - 1`` as given: ``items`` are
+        (offset, message) in increasing order within that span, and offsets without an
+        item become a gap, which every reader passes over. For copying a Kafka partition
+        with its offsets kept (tmsgate migrate); the topic's offsets stay dense.
+
+        The span must start at or below the topic's next offset (else OffsetGap: a write
+        lost before it would otherwise turn into a gap), except on a topic never written
+        to: its offsets then start at ``base_offset``, as a Kafka partition's log may start
+        anywhere (an empty span records just that). The part below the next offset was
+        written before (a copy resumed after its acknowledgement was lost) and is
+        skipped, so no message is ever written twice. -> the topic's next offset."""
+        if end_offset < base_offset:
+            raise ValueError(f"span [{base_offset}, {end_offset}) ends before it starts")
+        self._refuse_if_full()
+        entries = list(items)
+
+        def op(batch: Batch) -> int:
+            self._refuse_if_full()
+            st = self._state(topic)
+            saved = (st.last_ts, st.last_seq, st.next_offset)
+            if base_offset > st.next_offset:
+                if st.next_offset != 0:
+                    raise OffsetGap(topic, base_offset, st.next_offset)
+                st.next_offset = base_offset  # the log starts there
+                if end_offset == base_offset:  # nothing else: one empty row says so
+                    self._rows.append_gap(batch, st, 0)
+            try:
+                expected, run = st.next_offset, []
+                for offset, item in entries:
+                    if offset < expected:
+                        continue
+                    if offset > expected:
+                        if run:
+                            self._rows.append(batch, st, run, None)
+                            run = []
+                        self._rows.append_gap(batch, st, offset - expected)
+                        expected = offset
+                    run.append(item)
+                    expected += 1
+                if run:
+                    self._rows.append(batch, st, run, None)
+                if end_offset > st.next_offset:
+                    self._rows.append_gap(batch, st, end_offset - st.next_offset)
+            except Exception:
+                st.last_ts, st.last_seq, st.next_offset = saved
+                raise
+            return st.next_offset
 
         return self._writer.submit(op)
 

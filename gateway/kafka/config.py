@@ -24,7 +24,10 @@ if TYPE_CHECKING:  # the groups package imports this module
 RETENTION_MS = "retention.ms"
 MAX_MESSAGE_BYTES = "max.message.bytes"
 TIMESTAMP_TYPE = "message.timestamp.type"
-TOPIC_CONFIGS = (RETENTION_MS, MAX_MESSAGE_BYTES, TIMESTAMP_TYPE)
+# Set while `tmsgate migrate` copies the topic in (docs/migration.md): its produces then
+# keep the source's offsets, and only the migration may produce.
+MIGRATION_SOURCE = "tmsgate.migration.source"
+TOPIC_CONFIGS = (RETENTION_MS, MAX_MESSAGE_BYTES, TIMESTAMP_TYPE, MIGRATION_SOURCE)
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's default max.message.bytes
 _TTL = "ttl"
@@ -70,14 +73,17 @@ class TopicConfig:
     max_message_bytes: int
     log_append_time: bool
     explicit: frozenset[str]  # which configs were set rather than defaulted
+    migration_source: str | None = None
 
-    def value(self, name: str) -> str:
+    def value(self, name: str) -> str | None:
         if name == RETENTION_MS:
             return str(self.retention_ms)
         if name == MAX_MESSAGE_BYTES:
             return str(self.max_message_bytes)
         if name == TIMESTAMP_TYPE:
             return TIMESTAMP_TYPES[self.log_append_time]
+        if name == MIGRATION_SOURCE:
+            return self.migration_source
         raise InvalidConfig(f"unknown topic config {name!r}")
 
 
@@ -100,7 +106,12 @@ def topic_config(properties: dict[str, str], default_max_message_bytes: int) -> 
     ts_type = properties.get(TIMESTAMP_TYPE, "CreateTime")
     if TIMESTAMP_TYPE in properties:
         explicit.add(TIMESTAMP_TYPE)
-    return TopicConfig(retention, max_bytes, ts_type == "LogAppendTime", frozenset(explicit))
+    source = properties.get(MIGRATION_SOURCE)
+    if source is not None:
+        explicit.add(MIGRATION_SOURCE)
+    return TopicConfig(
+        retention, max_bytes, ts_type == "LogAppendTime", frozenset(explicit), source
+    )
 
 
 def _ttl_seconds(retention_ms: int) -> int:
@@ -116,6 +127,10 @@ def validate(name: str, value: str | None) -> str | None:
     if value is None:
         return None
     value = value.strip()
+    if name == MIGRATION_SOURCE:
+        if not 0 < len(value) <= 1000:
+            raise InvalidConfig(f"{name} names the source cluster: 1-1000 characters")
+        return value
     if name == TIMESTAMP_TYPE:
         if value not in TIMESTAMP_TYPES:
             raise InvalidConfig(f"{name} must be CreateTime or LogAppendTime, got {value!r}")

@@ -8,7 +8,13 @@ from typing import Any
 from kafka.protocol.admin import DescribeConfigsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
-from ..config import MAX_MESSAGE_BYTES, RETENTION_MS, TIMESTAMP_TYPE, TOPIC_CONFIGS
+from ..config import (
+    MAX_MESSAGE_BYTES,
+    MIGRATION_SOURCE,
+    RETENTION_MS,
+    TIMESTAMP_TYPE,
+    TOPIC_CONFIGS,
+)
 from ..context import RequestContext
 from ..routes import Route
 from ..topics import InvalidTopicName
@@ -22,13 +28,15 @@ DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 # Kafka's ConfigEntry.ConfigType numbering
-_TYPES = {RETENTION_MS: 5, MAX_MESSAGE_BYTES: 3, TIMESTAMP_TYPE: 2}
+_TYPES = {RETENTION_MS: 5, MAX_MESSAGE_BYTES: 3, TIMESTAMP_TYPE: 2, MIGRATION_SOURCE: 2}
 _DOCS = {
     RETENTION_MS: "How long messages are kept; -1 keeps them forever. Stored as the TMS "
     "topic's ttl in whole seconds (rounded up).",
     MAX_MESSAGE_BYTES: "The largest record batch a producer may send to this topic.",
     TIMESTAMP_TYPE: "CreateTime keeps the producer's timestamp; LogAppendTime gives each "
     "record its publish time.",
+    MIGRATION_SOURCE: "Set while tmsgate migrate copies this topic in from the named "
+    "cluster: only the migration produces to it, keeping the source's offsets.",
 }
 
 

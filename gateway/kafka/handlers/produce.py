@@ -21,6 +21,8 @@ from tmsgate.protocol import (
     ProduceResult,
     ProtocolError,
     TopicResult,
+    batch_base_offset,
+    batch_next_offset,
     decode_batch,
     split_batches,
 )
@@ -29,7 +31,7 @@ from tmsgate.storage import StorageError, TopicNotFound
 from ..context import CloseConnection, RequestContext
 from ..errors import FailureLog, error_of
 from ..producers import BatchRecord, check
-from ..records import to_entries
+from ..records import TX_HEADER, to_entries
 from ..routes import Route
 from ..topics import TopicInfo
 from ..txn import TxnError
@@ -79,6 +81,8 @@ async def _prepare(
         views = split_batches(raw) if raw is not None else []
     except ProtocolError as exc:
         return _fail(getattr(exc, "code", ErrorCode.CORRUPT_MESSAGE), str(exc))
+    if info.config.migration_source is not None:
+        return _prepare_migrated(ctx, info, views)
     if len(views) != 1:
         return _fail(ErrorCode.INVALID_RECORD, "a produce request carries one batch per partition")
     if len(views[0]) > info.config.max_message_bytes:
@@ -126,6 +130,65 @@ async def _prepare(
         and batch.records[0].timestamp >= 0
     )
     return asyncio.ensure_future(_complete(ctx, info, fut, rec, key, batch, log_append, cacheable))
+
+
+MIGRATE_CLIENT_ID = "tmsgate-migrate"
+
+
+def _prepare_migrated(
+    ctx: RequestContext, info: TopicInfo, views: list[memoryview]
+) -> Outcome | asyncio.Future[Outcome]:
+    """A topic being migrated in (config tmsgate.migration.source, docs/migration.md):
+    the batches (any number, in offset order, as fetched from the source) keep their
+    offsets; the offsets their records skip become gaps. The part below the partition's
+    next offset was copied before and is skipped, so a resumed copy never writes a
+    record twice; a batch starting beyond it is refused (OUT_OF_ORDER_SEQUENCE_NUMBER),
+    so a lost write cannot turn into a gap. Only the migration may produce: a producer
+    switched over too early would otherwise have its records taken for copies."""
+    client_id = ctx.request.client_id or ""
+    if not client_id.startswith(MIGRATE_CLIENT_ID):
+        return _fail(
+            ErrorCode.POLICY_VIOLATION,
+            f"topic {info.name} is being migrated from {info.config.migration_source}; "
+            "produce to it after the cutover (docs/migration.md)",
+        )
+    if not views:
+        return _fail(ErrorCode.INVALID_RECORD, "no record batch")
+    items: list[tuple[int, Any]] = []
+    records = size = 0
+    expected = base = batch_base_offset(views[0])
+    for view in views:
+        if batch_base_offset(view) > expected:
+            return _fail(ErrorCode.INVALID_RECORD, "batches must follow each other's offsets")
+        try:
+            batch = decode_batch(view, exact=True)
+            entries, wp = to_entries(batch.records)
+        except ProtocolError as exc:
+            return _fail(getattr(exc, "code", ErrorCode.INVALID_RECORD), str(exc))
+        if wp is not None:
+            return _fail(ErrorCode.INVALID_RECORD, f"migrated records carry no {TX_HEADER}")
+        items += zip([r.offset for r in batch.records], entries, strict=True)
+        records += len(entries)
+        size += batch.size
+        expected = max(expected, batch_next_offset(view))
+    try:
+        fut = ctx.broker.store.publish_exact_async(info.id, base, items, expected)
+    except Exception as exc:
+        return _fail(*error_of(exc, f"produce to {info.id}", FAILURES))
+    return asyncio.ensure_future(_complete_migrated(ctx, info, fut, records, size, base))
+
+
+async def _complete_migrated(
+    ctx: RequestContext, info: TopicInfo, fut: Any, records: int, size: int, base: int
+) -> Outcome:
+    try:
+        await ctx.broker.wait_future(fut)
+    except Exception as exc:
+        return _fail(*error_of(exc, f"produce to {info.id} (migration)", FAILURES))
+    FAILURES.succeeded()
+    ctx.broker.metrics.produced_messages.inc(records)
+    ctx.broker.metrics.produced_bytes.inc(size)
+    return Outcome(ErrorCode.NONE, base)
 
 
 async def _prepare_transactional(

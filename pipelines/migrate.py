@@ -1,0 +1,567 @@
+"""``tmsgate migrate``: copy topics and consumer-group offsets from any Kafka-protocol
+cluster into tmsgate, every record at its source offset (docs/migration.md).
+
+    tmsgate migrate --from kafka:9092 --to tmsgate:9092 [--topics RE] [--groups RE]
+                    [--follow] [--finish] [--verify] [--force] [--dry-run]
+    tmsgate migrate --from kafka:9092 --store leveldb:///var/lib/tmsgate ...
+
+The target keeps the source's offsets, gaps included (pipelines/batches.py), so the
+target's own offsets are the copy's checkpoint: a copy interrupted at any point (even
+by SIGKILL) continues, when run again, exactly where the target ends, and never
+writes a record twice. While a topic is being migrated (its config
+``tmsgate.migration.source``) only the migration may produce to it; ``--finish`` ends
+that, for the cutover.
+
+Source reads and target writes are pipelined: a fetcher keeps fetching (read_committed)
+while the writer's previous produce is being made durable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import re
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .batches import AbortedTracker, forward, gap, split_fetched, start_marker
+from .kafka_link import (
+    EARLIEST,
+    LATEST,
+    OFFSET_OUT_OF_RANGE,
+    RETRIABLE,
+    FetchedPartition,
+    Link,
+    LinkError,
+)
+from .progress import CopyProgress
+from .verify import verify
+
+log = logging.getLogger("tmsgate.migrate")
+MIGRATE_CLIENT_ID = "tmsgate-migrate"  # the target lets only this client id produce
+MIGRATION_SOURCE = "tmsgate.migration.source"
+# Configs tmsgate knows and copies (retention becomes the TMS topic's TTL).
+COPIED_CONFIGS = ("retention.ms", "max.message.bytes")
+FETCH_MAX_BYTES = 32 << 20
+PARTITION_MAX_BYTES = 8 << 20
+FETCH_WAIT_MS = 500
+PRODUCE_MAX_BYTES = 16 << 20  # one produce request gathers fetched jobs up to this
+QUEUED_JOBS = 4  # fetched, not yet written: bounds memory to ~QUEUED_JOBS x 32 MB
+GROUPS_EVERY_S = 10.0  # --follow: how often group offsets are copied meanwhile
+TP = tuple[str, int]
+
+
+@dataclass
+class Part:
+    """One partition's copy."""
+
+    topic: str
+    partition: int
+    start: int  # the source's log start when the copy began
+    end: int  # the source's last stable offset then: without --follow, the copy's end
+    position: int  # where the target ends: the copy continues from here
+    latest: int = 0  # the source's last stable offset as last seen (for the lag)
+    records: int = 0
+    size: int = 0
+
+    @property
+    def tp(self) -> TP:
+        return (self.topic, self.partition)
+
+
+@dataclass
+class Plan:
+    parts: list[Part]
+    create: dict[str, tuple[int, dict[str, str]]] = field(default_factory=dict)
+    grow: dict[str, int] = field(default_factory=dict)
+    mark: dict[str, dict[str, str]] = field(default_factory=dict)  # existing, empty topics
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)  # target configs
+
+
+@dataclass(frozen=True)
+class Options:
+    source: str
+    target: str | None
+    store: str | None
+    topics: str
+    groups: str
+    follow: bool
+    finish: bool
+    verify: bool
+    force: bool
+    dry_run: bool
+
+
+class MigrationError(Exception):
+    """The migration cannot go on; the message says why and what to do."""
+
+
+# --- planning -------------------------------------------------------------------------------
+async def make_plan(source: Link, target: Link, topics_re: str) -> Plan:
+    pattern = re.compile(topics_re)
+    wanted = {t: n for t, n in (await source.topics()).items() if pattern.fullmatch(t)}
+    existing = await target.topics()
+    src_configs = await source.configs(wanted)
+    tgt_configs = await target.configs([t for t in wanted if t in existing])
+    tps = [(t, p) for t, n in sorted(wanted.items()) for p in range(n)]
+    starts = await source.list_offsets(tps, EARLIEST)
+    ends = await source.list_offsets(tps, LATEST)
+    there = [tp for tp in tps if tp[0] in existing and tp[1] < existing[tp[0]]]
+    positions = await target.list_offsets(there, LATEST) if there else {}
+    plan = Plan([])
+    for topic, count in sorted(wanted.items()):
+        configs = _copied(src_configs.get(topic, {}), source.bootstrap)
+        if topic not in existing:
+            plan.create[topic] = (count, configs)
+        else:
+            current = tgt_configs.get(topic, {})
+            plan.configs[topic] = current
+            have = existing[topic]
+            if current.get(MIGRATION_SOURCE) is None:
+                written = [p for p in range(have) if positions.get((topic, p), 0) > 0]
+                if written:
+                    raise MigrationError(
+                        f"topic {topic} already exists on the target with records and is not "
+                        "being migrated: delete it there, or leave it out (--topics)"
+                    )
+                plan.mark[topic] = {**_known(current), **configs}
+            if have > count:
+                raise MigrationError(
+                    f"topic {topic} has {have} partitions on the target but {count} on the "
+                    "source: partitions cannot be removed"
+                )
+            if have < count:
+                plan.grow[topic] = count
+        for p in range(count):
+            tp = (topic, p)
+            position = positions.get(tp, 0)
+            if position > ends[tp]:
+                raise MigrationError(
+                    f"{topic}-{p} ends at offset {position} on the target, beyond the "
+                    f"source's {ends[tp]}: they do not hold the same records"
+                )
+            plan.parts.append(Part(topic, p, starts[tp], ends[tp], position, ends[tp]))
+    return plan
+
+
+def _copied(configs: dict[str, str], source: str) -> dict[str, str]:
+    out = {k: configs[k] for k in COPIED_CONFIGS if k in configs}
+    if out.get("retention.ms") in ("-1", None):
+        out.pop("retention.ms", None)
+    out[MIGRATION_SOURCE] = source
+    return out
+
+
+def _known(configs: dict[str, str]) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in configs.items()
+        if k in (*COPIED_CONFIGS, "message.timestamp.type", MIGRATION_SOURCE)
+    }
+
+
+async def prepare_target(target: Link, plan: Plan) -> None:
+    for topic, (count, configs) in plan.create.items():
+        await target.create_topic(topic, count, configs)
+        log.info("created %s with %d partitions on the target", topic, count)
+    for topic, configs in plan.mark.items():
+        await target.set_configs(topic, configs)
+    for topic, count in plan.grow.items():
+        await target.grow(topic, count)
+        log.info("grew %s to %d partitions on the target", topic, count)
+    await target.refresh()
+
+
+async def finish(target: Link, topics: list[str]) -> None:
+    """The cutover: the topics take ordinary producers from now on."""
+    configs = await target.configs(topics)
+    for topic in topics:
+        kept = {k: v for k, v in _known(configs.get(topic, {})).items() if k != MIGRATION_SOURCE}
+        await target.set_configs(topic, kept)
+    log.info("migration finished for %d topics: producers may write to them now", len(topics))
+
+
+# --- copying --------------------------------------------------------------------------------
+@dataclass
+class Job:
+    batches: dict[TP, list[Any]] = field(default_factory=dict)
+    positions: dict[TP, int] = field(default_factory=dict)  # each partition's end after it
+    records: dict[TP, tuple[int, int]] = field(default_factory=dict)  # (records, bytes)
+    size: int = 0
+
+    def add(self, other: Job) -> None:
+        for tp, batches in other.batches.items():
+            self.batches.setdefault(tp, []).extend(batches)
+        self.positions.update(other.positions)
+        for tp, (n, b) in other.records.items():
+            m, c = self.records.get(tp, (0, 0))
+            self.records[tp] = (m + n, c + b)
+        self.size += other.size
+
+
+class Copier:
+    """A fetcher and a writer with a bounded queue between them."""
+
+    def __init__(
+        self,
+        source: Link,
+        target: Link,
+        parts: list[Part],
+        follow: bool,
+        stop: asyncio.Event,
+        progress: CopyProgress,
+    ) -> None:
+        self.source, self.target = source, target
+        self.parts = {p.tp: p for p in parts}
+        self.follow = follow
+        self.stop = stop
+        self.progress = progress
+        self.queue: asyncio.Queue[Job | None] = asyncio.Queue(QUEUED_JOBS)
+        self.fetch_at = {p.tp: p.position for p in parts}
+        self.aborted = {p.tp: AbortedTracker() for p in parts}
+        # A partition copied for the first time starts where the source's log starts.
+        self.first = Job()
+        for p in parts:
+            if p.position == 0 and p.start > 0:
+                self.first.add(Job({p.tp: [start_marker(p.start)]}, {p.tp: p.start}))
+                self.fetch_at[p.tp] = p.start
+
+    async def run(self) -> None:
+        writer = asyncio.ensure_future(self._write())
+        try:
+            if self.first.batches:
+                await self.queue.put(self.first)
+            await self._fetch()
+        finally:
+            await self.queue.put(None)
+        await writer
+
+    def _open(self) -> list[TP]:
+        if self.follow:
+            return list(self.parts)
+        return [tp for tp, part in self.parts.items() if self.fetch_at[tp] < part.end]
+
+    async def _fetch(self) -> None:
+        while not self.stop.is_set():
+            tps = self._open()
+            if not tps:
+                return
+            by_node: dict[int, dict[TP, int]] = {}
+            for tp in tps:
+                by_node.setdefault(self.source.leader(*tp), {})[tp] = self.fetch_at[tp]
+            rounds = await asyncio.gather(
+                *(
+                    self.source.fetch(
+                        node, positions, FETCH_MAX_BYTES, PARTITION_MAX_BYTES, FETCH_WAIT_MS
+                    )
+                    for node, positions in by_node.items()
+                )
+            )
+            job = Job()
+            retry = False
+            for fetched in rounds:
+                for fp in fetched:
+                    retry |= await self._take(fp, job)
+            if job.batches:
+                await self.queue.put(job)
+            if retry:
+                await asyncio.sleep(0.5)
+                await self.source.refresh()
+
+    async def _take(self, fp: FetchedPartition, job: Job) -> bool:
+        """Add one fetched partition to ``job``; -> True if it should be fetched again
+        after a pause (a retriable error)."""
+        tp = (fp.topic, fp.partition)
+        part, position = self.parts[tp], self.fetch_at[tp]
+        if fp.error == OFFSET_OUT_OF_RANGE:
+            start = (await self.source.list_offsets([tp], EARLIEST))[tp]
+            if position >= start:
+                end = (await self.source.list_offsets([tp], LATEST))[tp]
+                raise MigrationError(
+                    f"{fp.topic}-{fp.partition}: the source has offsets [{start}, {end}) "
+                    f"but the copy is at {position}"
+                )
+            log.warning(
+                "%s-%d: the source deleted offsets %d..%d before they were copied "
+                "(retention); they stay a gap",
+                fp.topic,
+                fp.partition,
+                position,
+                start - 1,
+            )
+            job.add(Job({tp: [gap(position, start)]}, {tp: start}))
+            self.fetch_at[tp] = start
+            return False
+        if fp.error in RETRIABLE:
+            return True
+        if fp.error:
+            raise MigrationError(f"fetch {fp.topic}-{fp.partition}: error {fp.error}")
+        part.latest = max(part.latest, fp.last_stable if fp.last_stable >= 0 else fp.high_watermark)
+        self.aborted[tp].add(fp.aborted)
+        fwd = forward(split_fetched(fp.records), position, self.aborted[tp])
+        if fwd.batches:
+            job.add(Job({tp: fwd.batches}, {tp: fwd.position}, {tp: (fwd.records, fwd.size)}))
+            job.size += sum(map(len, fwd.batches))
+            self.fetch_at[tp] = fwd.position
+        return False
+
+    async def _write(self) -> None:
+        done = False
+        while not done:
+            job = await self.queue.get()
+            if job is None:
+                return
+            # Gather what else is waiting, in order: one produce carries it all.
+            while job.size < PRODUCE_MAX_BYTES and not self.queue.empty():
+                more = self.queue.get_nowait()
+                if more is None:
+                    done = True
+                    break
+                job.add(more)
+            by_node: dict[int, dict[TP, list[Any]]] = {}
+            for tp, batches in job.batches.items():
+                by_node.setdefault(self.target.leader(*tp), {})[tp] = batches
+            for node, data in by_node.items():
+                await self.target.produce(node, data)
+            for tp, position in job.positions.items():
+                part = self.parts[tp]
+                part.position = position
+                n, b = job.records.get(tp, (0, 0))
+                part.records += n
+                part.size += b
+            self.progress.written()
+
+
+# --- groups ---------------------------------------------------------------------------------
+@dataclass
+class GroupResult:
+    group: str
+    copied: int = 0
+    note: str = ""
+
+
+async def copy_groups(
+    source: Link, target: Link, groups_re: str, parts: dict[TP, Part], force: bool
+) -> list[GroupResult]:
+    """Committed offsets of the selected groups, for the migrated partitions. A group is
+    copied while no consumer runs in it on the source (or with ``force``) and none runs
+    in it on the target yet; an offset only ever moves forward on the target, and only
+    up to where the copy has reached."""
+    pattern = re.compile(groups_re)
+    out = []
+    for group in await source.groups():
+        if not pattern.fullmatch(group):
+            continue
+        result = GroupResult(group)
+        out.append(result)
+        members = await source.group_members(group)
+        if members and not force:
+            result.note = f"skipped: {members} consumers run in it on the source (--force)"
+            continue
+        offsets = {tp: o for tp, o in (await source.committed(group)).items() if tp in parts}
+        if not offsets:
+            result.note = "no offsets for the migrated topics"
+            continue
+        if await target.group_members(group):
+            result.note = "skipped: consumers already run in it on the target"
+            continue
+        current = await target.committed(group)
+        todo, waiting = {}, 0
+        for tp, offset in offsets.items():
+            if offset > parts[tp].position:
+                waiting += 1
+            elif offset > current.get(tp, -1):
+                todo[tp] = offset
+        if todo:
+            await target.commit(group, todo)
+        result.copied = len(todo)
+        if waiting:
+            result.note = f"{waiting} offsets wait for the copy to reach them"
+    return out
+
+
+# --- the command ----------------------------------------------------------------------------
+@contextlib.asynccontextmanager
+async def embedded_gateway(store_url: str) -> AsyncIterator[str]:
+    """A tmsgate gateway on the store, on a loopback port, for ``--store``."""
+    from tmsgate.gateway.kafka.config import GatewayConfig
+    from tmsgate.gateway.services import ServeConfig, serve
+
+    stop = asyncio.Event()
+    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    config = ServeConfig(store_url, GatewayConfig(host="127.0.0.1", port=0))
+    task = asyncio.ensure_future(
+        serve(config, stop=stop, on_ready=ready.set_result, handle_signals=False)
+    )
+    await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)
+    if not ready.done():
+        task.result()  # raises why the gateway did not start
+    host, port = ready.result().kafka_server.address
+    try:
+        yield f"{host}:{port}"
+    finally:
+        stop.set()
+        await task
+
+
+def _stop_on_signals(stop: asyncio.Event) -> Callable[[], None]:
+    """SIGINT/SIGTERM: stop fetching, write what was fetched, copy offsets, end cleanly.
+    A second SIGINT interrupts at once (the next run continues where the target ends)."""
+    loop = asyncio.get_running_loop()
+
+    def first() -> None:
+        log.warning("stopping: writing what was fetched (interrupt again to stop at once)")
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)
+
+    loop.add_signal_handler(signal.SIGINT, first)
+    loop.add_signal_handler(signal.SIGTERM, first)
+
+    def restore() -> None:
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+
+    return restore
+
+
+async def migrate(opts: Options, out: Any = sys.stdout) -> int:
+    async with contextlib.AsyncExitStack() as stack:
+        target_bootstrap = opts.target
+        if target_bootstrap is None:
+            assert opts.store is not None
+            target_bootstrap = await stack.enter_async_context(embedded_gateway(opts.store))
+        source = Link(opts.source, f"{MIGRATE_CLIENT_ID}-source")
+        target = Link(target_bootstrap, MIGRATE_CLIENT_ID)
+        await source.start()
+        stack.push_async_callback(source.close)
+        await target.start()
+        stack.push_async_callback(target.close)
+        plan = await make_plan(source, target, opts.topics)
+        if opts.dry_run:
+            _print_plan(plan, out)
+            return 0
+        if not plan.parts:
+            print(f"no topic of {opts.source} matches {opts.topics!r}", file=out)
+        await prepare_target(target, plan)
+        stop = asyncio.Event()
+        restore = _stop_on_signals(stop)
+        stack.callback(restore)
+        parts = {p.tp: p for p in plan.parts}
+        with CopyProgress(plan.parts, out) as progress:
+            copier = Copier(source, target, plan.parts, opts.follow, stop, progress)
+            groups_task = None
+            if opts.follow:
+                groups_task = asyncio.ensure_future(
+                    _groups_meanwhile(source, target, opts, parts, stop)
+                )
+            try:
+                await copier.run()
+            finally:
+                if groups_task is not None:
+                    groups_task.cancel()
+        results = await copy_groups(source, target, opts.groups, parts, opts.force)
+        _print_summary(plan.parts, results, out)
+        topics = sorted({p.topic for p in plan.parts})
+        if opts.finish and topics:
+            await finish(target, topics)
+        if opts.verify:
+            ok = await verify(source.bootstrap, target.bootstrap, plan.parts, out)
+            return 0 if ok else 1
+    return 0
+
+
+async def _groups_meanwhile(
+    source: Link, target: Link, opts: Options, parts: dict[TP, Part], stop: asyncio.Event
+) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), GROUPS_EVERY_S)
+        if stop.is_set():
+            return
+        try:
+            for r in await copy_groups(source, target, opts.groups, parts, opts.force):
+                if r.copied:
+                    log.info("group %s: %d offsets copied", r.group, r.copied)
+        except Exception as exc:  # the final copy at the end reports it
+            log.warning("copying group offsets failed (tried again later): %s", exc)
+
+
+def _print_plan(plan: Plan, out: Any) -> None:
+    for topic, (count, configs) in plan.create.items():
+        print(f"create {topic}: {count} partitions, configs {configs}", file=out)
+    for topic, count in plan.grow.items():
+        print(f"grow {topic} to {count} partitions", file=out)
+    for p in plan.parts:
+        todo = max(0, p.end - max(p.position, p.start))
+        print(
+            f"copy {p.topic}-{p.partition}: source [{p.start}, {p.end}), target at "
+            f"{p.position}, ~{todo} offsets to copy",
+            file=out,
+        )
+
+
+def _print_summary(parts: list[Part], groups: list[GroupResult], out: Any) -> None:
+    records = sum(p.records for p in parts)
+    print(f"copied {records} records; target now at:", file=out)
+    for p in parts:
+        print(f"  {p.topic}-{p.partition}: next offset {p.position}", file=out)
+    for g in groups:
+        print(f"group {g.group}: {g.copied} offsets copied {g.note}".rstrip(), file=out)
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    m = sub.add_parser(
+        "migrate",
+        help="copy topics and group offsets from a Kafka cluster, keeping every offset",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    m.add_argument("--from", dest="source", required=True, help="source bootstrap host:port")
+    where = m.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to", dest="target", help="a running tmsgate gateway's Kafka address")
+    where.add_argument("--store", help="a store URL (the gateway stopped), e.g. leveldb:///data")
+    m.add_argument("--topics", default=".*", help="regular expression over topic names")
+    m.add_argument("--groups", default=".*", help="regular expression over consumer groups")
+    m.add_argument("--follow", action="store_true", help="keep copying until interrupted")
+    m.add_argument(
+        "--finish",
+        action="store_true",
+        help="at the end, let ordinary producers write to the migrated topics (the cutover)",
+    )
+    m.add_argument("--verify", action="store_true", help="compare source and target at the end")
+    m.add_argument(
+        "--force", action="store_true", help="copy offsets of groups active on the source too"
+    )
+    m.add_argument("--dry-run", action="store_true", help="list what would be copied")
+    m.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = Options(
+        source=args.source,
+        target=args.target,
+        store=args.store,
+        topics=args.topics,
+        groups=args.groups,
+        follow=args.follow,
+        finish=args.finish,
+        verify=args.verify,
+        force=args.force,
+        dry_run=args.dry_run,
+    )
+    started = time.monotonic()
+    try:
+        code = asyncio.run(migrate(opts))
+    except (MigrationError, LinkError) as exc:
+        log.error("migration stopped: %s (run it again to continue)", exc)
+        return 1
+    except KeyboardInterrupt:
+        log.error("interrupted: run it again to continue where the target ends")
+        return 130
+    log.info("migration ran %.1f s", time.monotonic() - started)
+    return code
