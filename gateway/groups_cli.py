@@ -75,7 +75,7 @@ class GroupView:
     def __init__(self, store: Store, namespace: str) -> None:
         self.store = store
         self.namespace = namespace
-        self._topics: dict[str, tuple[bytes, int] | None] = {}
+        self._topics: dict[tuple[str, int], tuple[bytes, int] | None] = {}
 
     def group_ids(self) -> list[str]:
         ids = {unquote(key) for key, _ in self.store.scan_state(GROUPS_AREA)}
@@ -95,21 +95,23 @@ class GroupView:
         for key, raw in self.store.scan_state(OFFSETS_AREA, offsets_prefix(group_id)):
             _group, topic, partition = parse_offset_key(key)
             committed = decode_offset(raw)
-            current = self._topic(topic)
+            current = self._topic(topic, partition)
             live = current is not None and current[0] == committed.topic_uuid
             rows.append(OffsetRow(topic, partition, committed, current[1] if live else None))
         return sorted(rows, key=lambda r: (r.topic, r.partition))
 
-    def _topic(self, name: str) -> tuple[bytes, int] | None:
-        """(topic uuid, high watermark) of the topic's current generation."""
-        if name not in self._topics:
+    def _topic(self, name: str, partition: int) -> tuple[bytes, int] | None:
+        """(topic uuid, the partition's high watermark) of the topic's current generation
+        (the uuid is partition 0's: the Kafka topic's, which committed offsets keep)."""
+        key = (name, partition)
+        if key not in self._topics:
             try:
-                tid = TopicId(self.namespace, name)
-                md = self.store.get_topic(tid)
-                self._topics[name] = (bytes(md.topic_uuid), self.store.offsets(tid)[1])
+                md = self.store.get_topic(TopicId(self.namespace, name))
+                tid = TopicId.of_partition(self.namespace, name, partition)
+                self._topics[key] = (bytes(md.topic_uuid), self.store.offsets(tid)[1])
             except (TopicNotFound, ValueError):
-                self._topics[name] = None
-        return self._topics[name]
+                self._topics[key] = None
+        return self._topics[key]
 
     def summary(self, group_id: str) -> dict[str, Any]:
         rec = self.record(group_id)

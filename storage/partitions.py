@@ -30,7 +30,7 @@ Properties = dict[str, str]
 
 def partition_count(properties: Properties) -> int:
     raw = properties.get(PARTITIONS, "1")
-    return int(raw) if raw.isdigit() and int(raw) > 0 else 1
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else 1
 
 
 def shared_properties(properties: Properties) -> Properties:
@@ -49,7 +49,9 @@ def create(store: Store, topic: TopicId, properties: Properties, partitions: int
         raise TopicAlreadyExists(topic)
     shared = shared_properties(properties)
     if partitions > 1:
-        store.create_topics(partition_ids(topic, range(1, partitions)), shared)
+        # unless_exists: checked in the same write, so a creation racing this one cannot
+        # replace partitions of a topic that became visible meanwhile.
+        store.create_topics(partition_ids(topic, range(1, partitions)), shared, unless_exists=topic)
         shared = {**shared, PARTITIONS: str(partitions)}
     return store.create_topic(topic, shared)  # last: from here on the topic exists
 
@@ -71,6 +73,12 @@ def grow(store: Store, topic: TopicId, total: int) -> tuple[TopicMetadata, int]:
             partition_ids(topic, range(before, total)), shared_properties(head.properties)
         )
         head = store.update_topic(topic, lambda current: {**current, PARTITIONS: str(total)})
+        # A config change between the two writes reached only the partitions counted
+        # then: give the new ones partition 0's configs as they are now.
+        shared = shared_properties(head.properties)
+        new = partition_ids(topic, range(before, total))
+        if any(store.get_topic(t).properties != shared for t in new):
+            store.update_topics(new, shared)
     return head, before
 
 

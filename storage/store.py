@@ -140,16 +140,24 @@ class Store:
         return self._write(op)
 
     def create_topics(
-        self, topics: Sequence[TopicId], properties: dict[str, str] | None = None
+        self,
+        topics: Sequence[TopicId],
+        properties: dict[str, str] | None = None,
+        unless_exists: TopicId | None = None,
     ) -> list[TopicMetadata]:
         """Create several topics with the same properties, in one write, replacing any that
         exist (each gets a new generation: the old one's data is never visible again).
         For sets of topics only whose creator makes them visible afterwards (a Kafka
         topic's partitions, storage/partitions.py); nothing relies on the rows landing
-        together."""
+        together. ``unless_exists``: refuse (TopicAlreadyExists) if that topic exists when
+        the write is made."""
         props = validate_properties(properties)
 
         def op(batch: Batch) -> list[TopicMetadata]:
+            if unless_exists is not None:
+                live = self._topic_metadata(unless_exists)
+                if live is not None and live.generation > 0:
+                    raise TopicAlreadyExists(unless_exists)
             out = []
             for topic in topics:
                 previous = self._topic_metadata(topic)

@@ -69,7 +69,7 @@ class TopicHandlers:
         doc = await read_json_object(request, _MAX_PROPERTIES_BYTES, required=False)
         props = properties_of(doc)
         count = props.get(partitions.PARTITIONS, "1")
-        if not (count.isdigit() and 0 < int(count) < MAX_PARTITIONS):
+        if not (count.isascii() and count.isdigit() and 0 < int(count) < MAX_PARTITIONS):
             raise BadRequest(
                 f"{partitions.PARTITIONS} must be a whole number from 1 to "
                 f"{MAX_PARTITIONS - 1}, got {count!r}"

@@ -500,7 +500,8 @@ class GroupCoordinator:
         found: dict[TopicPartition, None] = {}
         async for name, partitions in paced(topics):
             async for p in paced(partitions):
-                if infos.get(name) is None or p != 0:
+                info = infos.get(name)
+                if info is None or not 0 <= p < info.partitions:
                     errors[(name, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     found[(name, p)] = None
