@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import logging
 import re
@@ -49,9 +50,10 @@ MIGRATION_SOURCE = "tmsgate.migration.source"
 # Configs tmsgate knows and copies (retention becomes the TMS topic's TTL).
 COPIED_CONFIGS = ("retention.ms", "max.message.bytes")
 FETCH_MAX_BYTES = 32 << 20
-PARTITION_MAX_BYTES = 8 << 20
+PARTITION_MAX_BYTES = 16 << 20
 FETCH_WAIT_MS = 500
 PRODUCE_MAX_BYTES = 16 << 20  # one produce request gathers fetched jobs up to this
+WRITES_IN_FLIGHT = 3  # produces awaiting the target's fsync at once
 QUEUED_JOBS = 4  # fetched, not yet written: bounds memory to ~QUEUED_JOBS x 32 MB
 GROUPS_EVERY_S = 10.0  # --follow: how often group offsets are copied meanwhile
 TP = tuple[str, int]
@@ -225,6 +227,7 @@ class Copier:
         self.queue: asyncio.Queue[Job | None] = asyncio.Queue(QUEUED_JOBS)
         self.fetch_at = {p.tp: p.position for p in parts}
         self.aborted = {p.tp: AbortedTracker() for p in parts}
+        self.fresh = {p.tp for p in parts if p.position == 0}  # not written to yet
         # A partition copied for the first time starts where the source's log starts.
         self.first = Job()
         for p in parts:
@@ -312,30 +315,56 @@ class Copier:
         return False
 
     async def _write(self) -> None:
+        """Produce each job, up to WRITES_IN_FLIGHT at once on the target's connection
+        (sent in order; the target refuses a write that does not continue where the
+        last one ended, so a reordering could only fail, never leave a gap)."""
+        in_flight: collections.deque[tuple[asyncio.Future[None], Job]] = collections.deque()
         done = False
-        while not done:
-            job = await self.queue.get()
-            if job is None:
-                return
-            # Gather what else is waiting, in order: one produce carries it all.
-            while job.size < PRODUCE_MAX_BYTES and not self.queue.empty():
-                more = self.queue.get_nowait()
-                if more is None:
-                    done = True
+        try:
+            while not done:
+                job = await self.queue.get()
+                if job is None:
                     break
-                job.add(more)
-            by_node: dict[int, dict[TP, list[Any]]] = {}
-            for tp, batches in job.batches.items():
-                by_node.setdefault(self.target.leader(*tp), {})[tp] = batches
-            for node, data in by_node.items():
-                await self.target.produce(node, data)
-            for tp, position in job.positions.items():
-                part = self.parts[tp]
-                part.position = position
-                n, b = job.records.get(tp, (0, 0))
-                part.records += n
-                part.size += b
-            self.progress.written()
+                # Gather what else is waiting, in order: one produce carries it all.
+                while job.size < PRODUCE_MAX_BYTES and not self.queue.empty():
+                    more = self.queue.get_nowait()
+                    if more is None:
+                        done = True
+                        break
+                    job.add(more)
+                # A partition's first write may start it anywhere (the target takes an
+                # empty partition's first offset from it), so it goes alone: were it
+                # lost while a later write got through, that one would start it.
+                first = self.fresh.intersection(job.batches)
+                if first:
+                    while in_flight:
+                        await self._written(*in_flight.popleft())
+                    self.fresh -= first
+                in_flight.append((asyncio.ensure_future(self._send(job)), job))
+                while len(in_flight) >= (1 if first else WRITES_IN_FLIGHT):
+                    await self._written(*in_flight.popleft())
+            while in_flight:
+                await self._written(*in_flight.popleft())
+        finally:
+            for task, _ in in_flight:
+                task.cancel()
+
+    async def _send(self, job: Job) -> None:
+        by_node: dict[int, dict[TP, list[Any]]] = {}
+        for tp, batches in job.batches.items():
+            by_node.setdefault(self.target.leader(*tp), {})[tp] = batches
+        for node, data in by_node.items():
+            await self.target.produce(node, data)
+
+    async def _written(self, task: asyncio.Future[None], job: Job) -> None:
+        await task
+        for tp, position in job.positions.items():
+            part = self.parts[tp]
+            part.position = position
+            n, b = job.records.get(tp, (0, 0))
+            part.records += n
+            part.size += b
+        self.progress.written()
 
 
 # --- groups ---------------------------------------------------------------------------------
@@ -460,13 +489,15 @@ async def migrate(opts: Options, out: Any = sys.stdout) -> int:
                 groups_task = asyncio.ensure_future(
                     _groups_meanwhile(source, target, opts, parts, stop)
                 )
+            began = time.monotonic()
             try:
                 await copier.run()
             finally:
                 if groups_task is not None:
                     groups_task.cancel()
+            seconds = time.monotonic() - began
         results = await copy_groups(source, target, opts.groups, parts, opts.force)
-        _print_summary(plan.parts, results, out)
+        _print_summary(plan.parts, results, seconds, out)
         topics = sorted({p.topic for p in plan.parts})
         if opts.finish and topics:
             await finish(target, topics)
@@ -506,9 +537,13 @@ def _print_plan(plan: Plan, out: Any) -> None:
         )
 
 
-def _print_summary(parts: list[Part], groups: list[GroupResult], out: Any) -> None:
-    records = sum(p.records for p in parts)
-    print(f"copied {records} records; target now at:", file=out)
+def _print_summary(parts: list[Part], groups: list[GroupResult], seconds: float, out: Any) -> None:
+    records, size = sum(p.records for p in parts), sum(p.size for p in parts)
+    print(
+        f"copied {records} records ({size / 1e6:.1f} MB) in {seconds:.2f} s "
+        f"({records / max(seconds, 1e-9):.0f} records/s); target now at:",
+        file=out,
+    )
     for p in parts:
         print(f"  {p.topic}-{p.partition}: next offset {p.position}", file=out)
     for g in groups:

@@ -177,16 +177,21 @@ class RowAppender:
         return PublishResult(base, count, mid, mid, ts, RollbackDetail(wp, ts, seq, ts, seq))
 
     def append_gap(self, batch: Batch, st: TopicState, count: int) -> None:
-        """One row that moves the topic's offsets on by ``count`` without any message."""
-        ts, seq = self.allocate(st, 1)
-        seq += 1
-        if seq > keys.MAX_SEQ:
-            ts, seq = ts + 1, 0
-        base = st.next_offset
-        key = st.msg_prefix + _SUFFIX.pack(ts, seq)
-        batch.mutations.append((key, keys.encode_gap(base, count)))
-        end = base + count
-        st.last_ts, st.last_seq, st.next_offset = ts, seq, end
+        """Rows that move the topic's offsets on by ``count`` without any message: one,
+        unless the gap is larger than a row's count column holds (2^32 - 1)."""
+        while True:
+            ts, seq = self.allocate(st, 1)
+            seq += 1
+            if seq > keys.MAX_SEQ:
+                ts, seq = ts + 1, 0
+            base, n = st.next_offset, min(count, keys.MAX_ROW_COUNT)
+            key = st.msg_prefix + _SUFFIX.pack(ts, seq)
+            batch.mutations.append((key, keys.encode_gap(base, n)))
+            end = base + n
+            st.last_ts, st.last_seq, st.next_offset = ts, seq, end
+            count -= n
+            if count <= 0:
+                break
         batch.after.append(lambda: self._on_visible(st, end))
 
     def stored(self, st: TopicState, wp: int) -> list[int]:

@@ -112,6 +112,7 @@ F_SEALED = 32
 F_GAP = 64
 
 ROW_HEAD = struct.Struct(">BQI")
+MAX_ROW_COUNT = 0xFFFFFFFF  # the most offsets one row spans (its count column)
 ROW_HEAD_META = struct.Struct(">BQII")  # the head, then meta's length (F_META rows)
 TX_COLUMN = struct.Struct(">q")
 TTL_COLUMN = struct.Struct(">Q")

@@ -265,6 +265,13 @@ class Store:
         self._check_open()
         return self._require(topic)
 
+    def peek_topic(self, topic: TopicId) -> TopicMetadata | None:
+        """The topic's metadata if the store holds it in memory (a deleted topic's too:
+        generation <= 0), else None; never reads the backend, so an event loop may call
+        it. Every change goes through the store, so what it holds is current."""
+        with self._lock:
+            return self._metadata.get(topic)
+
     def list_topics(self, namespace: str) -> list[TopicId]:
         self._check_open()
         prefix = keys.namespace_meta_prefix(namespace)
@@ -358,10 +365,18 @@ class Store:
         anywhere (an empty span records just that). The part below the next offset was
         written before (a copy resumed after its acknowledgement was lost) and is
         skipped, so no message is ever written twice. -> the topic's next offset."""
-        if end_offset < base_offset:
-            raise ValueError(f"span [{base_offset}, {end_offset}) ends before it starts")
-        self._refuse_if_full()
+        if not 0 <= base_offset <= end_offset:
+            raise ValueError(f"span [{base_offset}, {end_offset}) is not a span of offsets")
         entries = list(items)
+        previous = base_offset - 1
+        for offset, _ in entries:  # checked before anything is queued
+            if not previous < offset < end_offset:
+                raise ValueError(
+                    f"offset {offset} after {previous}: items must increase within "
+                    f"[{base_offset}, {end_offset})"
+                )
+            previous = offset
+        self._refuse_if_full()
 
         def op(batch: Batch) -> int:
             self._refuse_if_full()

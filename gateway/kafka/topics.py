@@ -120,15 +120,27 @@ class TopicRegistry:
 
     async def get(self, name: str) -> TopicInfo | None:
         """The topic, or None if it does not exist. Raises InvalidTopicName."""
-        info = self.cached(name)
-        if info is not None:
-            return info
+        hit = self._cache.get(name)
+        now = time.monotonic()
+        if hit is not None and hit[1] > now:
+            return hit[0]
         tid = self.topic_id(name)
-        try:
-            md = await self._broker.run(self._broker.store.get_topic, tid)
-        except TopicNotFound:
+        # An expired entry is refreshed from what the store holds in memory, on the loop:
+        # through the executor the refresh cost ~35 us of CPU and held up the
+        # connection's later requests (at 10,000 topics, half of all produces).
+        md = self._broker.store.peek_topic(tid)
+        if md is None:
+            try:
+                md = await self._broker.run(self._broker.store.get_topic, tid)
+            except TopicNotFound:
+                self.invalidate(name)
+                return None
+        elif md.generation <= 0:
             self.invalidate(name)
             return None
+        if hit is not None and hit[0].metadata is md:  # unchanged: keep the entry
+            self._cache[name] = (hit[0], now + CACHE_SECONDS)
+            return hit[0]
         return self._info(md)
 
     async def partition(self, topic: TopicInfo, index: int) -> TopicInfo | None:
@@ -143,9 +155,13 @@ class TopicRegistry:
             if info is not None and info.topic_uuid == topic.topic_uuid:
                 return info
         tid = self.topic_id(topic.name, index)
-        try:
-            md = await self._broker.run(self._broker.store.get_topic, tid)
-        except TopicNotFound:  # a crash cut its creation short: repair() finishes it
+        md = self._broker.store.peek_topic(tid)
+        if md is None:
+            try:
+                md = await self._broker.run(self._broker.store.get_topic, tid)
+            except TopicNotFound:  # a crash cut its creation short: repair() finishes it
+                return None
+        if md.generation <= 0:
             return None
         info = TopicInfo(
             topic.name, tid, md, topic.config, index, topic.partitions, topic.topic_uuid
