@@ -5,6 +5,10 @@ step (record, reference, commit, offsets, complete: gateway/kafka/txn/coordinato
 and wait for ever, after logging ``fault: commit paused before <step>``. The test then
 kills the process with SIGKILL: a real kill -9 between two durable steps. Unset (always,
 outside tests), nothing is installed and commits run straight through.
+
+``TMSGATE_FAULT_TOPIC_PAUSE=<step>`` does the same between the writes of a Kafka topic
+change that spans partitions (storage/partitions.py: create.head, grow.count,
+update.rest, delete.rest), blocking the executor thread making the change.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,9 +24,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tmsgate.faults")
 TXN_PAUSE = "TMSGATE_FAULT_TXN_PAUSE"
+TOPIC_PAUSE = "TMSGATE_FAULT_TOPIC_PAUSE"
 
 
 def install_from_env(services: Services) -> None:
+    _topic_pause(services)
     step = os.environ.get(TXN_PAUSE)
     if not step:
         return
@@ -33,3 +40,17 @@ def install_from_env(services: Services) -> None:
             await asyncio.Event().wait()  # until the process is killed
 
     services.broker.txns.before_step = before_step
+
+
+def _topic_pause(services: Services) -> None:
+    step = os.environ.get(TOPIC_PAUSE)
+    if not step:
+        return
+    log.warning("fault point armed: topic changes pause before step %r", step)
+
+    def between_steps(name: str) -> None:
+        if name == step:
+            log.warning("fault: topic change paused before %s", name)
+            threading.Event().wait()  # until the process is killed
+
+    services.broker.topics.between_steps = between_steps

@@ -26,6 +26,12 @@ from .store import Store
 log = logging.getLogger("tmsgate.storage.partitions")
 PARTITIONS = "kafka.partitions"
 Properties = dict[str, str]
+Step = Callable[[str], None] | None  # called between the writes (the kill -9 tests' hook)
+
+
+def _step(step: Step, name: str) -> None:
+    if step is not None:
+        step(name)
 
 
 def partition_count(properties: Properties) -> int:
@@ -42,7 +48,9 @@ def partition_ids(topic: TopicId, indexes: range | list[int]) -> list[TopicId]:
     return [TopicId.of_partition(topic.namespace, topic.topic, p) for p in indexes]
 
 
-def create(store: Store, topic: TopicId, properties: Properties, partitions: int) -> TopicMetadata:
+def create(
+    store: Store, topic: TopicId, properties: Properties, partitions: int, step: Step = None
+) -> TopicMetadata:
     """Create ``topic`` with ``partitions`` partitions. Partitions p > 0 left by a crash
     (a creation or deletion cut short) are replaced: no one ever saw them."""
     if _exists(store, topic):
@@ -53,6 +61,7 @@ def create(store: Store, topic: TopicId, properties: Properties, partitions: int
         # replace partitions of a topic that became visible meanwhile.
         store.create_topics(partition_ids(topic, range(1, partitions)), shared, unless_exists=topic)
         shared = {**shared, PARTITIONS: str(partitions)}
+    _step(step, "create.head")
     return store.create_topic(topic, shared)  # last: from here on the topic exists
 
 
@@ -64,7 +73,7 @@ def _exists(store: Store, topic: TopicId) -> bool:
     return True
 
 
-def grow(store: Store, topic: TopicId, total: int) -> tuple[TopicMetadata, int]:
+def grow(store: Store, topic: TopicId, total: int, step: Step = None) -> tuple[TopicMetadata, int]:
     """Add partitions up to ``total``. -> partition 0's metadata, the count before."""
     head = store.get_topic(topic)
     before = partition_count(head.properties)
@@ -72,6 +81,7 @@ def grow(store: Store, topic: TopicId, total: int) -> tuple[TopicMetadata, int]:
         store.create_topics(
             partition_ids(topic, range(before, total)), shared_properties(head.properties)
         )
+        _step(step, "grow.count")
         head = store.update_topic(topic, lambda current: {**current, PARTITIONS: str(total)})
         # A config change between the two writes reached only the partitions counted
         # then: give the new ones partition 0's configs as they are now.
@@ -83,7 +93,10 @@ def grow(store: Store, topic: TopicId, total: int) -> tuple[TopicMetadata, int]:
 
 
 def update(
-    store: Store, topic: TopicId, properties: Properties | Callable[[Properties], Properties]
+    store: Store,
+    topic: TopicId,
+    properties: Properties | Callable[[Properties], Properties],
+    step: Step = None,
 ) -> TopicMetadata:
     """New properties for every partition (the partition count is kept)."""
 
@@ -95,6 +108,7 @@ def update(
 
     head = store.update_topic(topic, keep_count)
     count = partition_count(head.properties)
+    _step(step, "update.rest")
     if count > 1:
         store.update_topics(
             partition_ids(topic, range(1, count)), shared_properties(head.properties)
@@ -102,10 +116,11 @@ def update(
     return head
 
 
-def delete(store: Store, topic: TopicId) -> list[TopicMetadata]:
+def delete(store: Store, topic: TopicId, step: Step = None) -> list[TopicMetadata]:
     """Delete every partition, partition 0 first. -> the partitions deleted."""
     head = store.get_topic(topic)
     store.delete_topic(topic)  # from here on the topic is gone for every client
+    _step(step, "delete.rest")
     count = partition_count(head.properties)
     rest = store.delete_topics(partition_ids(topic, range(1, count))) if count > 1 else []
     return [head, *rest]

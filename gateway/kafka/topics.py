@@ -64,6 +64,9 @@ class TopicRegistry:
         # One structural change (create, grow, delete) per topic at a time: two creations
         # racing must not replace each other's partitions.
         self._changing: dict[str, asyncio.Lock] = {}
+        # Called (on an executor thread) between the writes of a change spanning
+        # partitions: the kill -9 tests' fault point (gateway/faults.py).
+        self.between_steps: partitions_.Step = None
         self._by_uuid: dict[uuid.UUID, str] = {}
         self._last_uuid_scan = float("-inf")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -207,7 +210,9 @@ class TopicRegistry:
     async def _create(self, name: str, properties: dict[str, str], partitions: int) -> TopicInfo:
         tid = self.topic_id(name)
         store = self._broker.store
-        md = await self._broker.run(partitions_.create, store, tid, properties, partitions)
+        md = await self._broker.run(
+            partitions_.create, store, tid, properties, partitions, self.between_steps
+        )
         log.info("created topic %s (generation %d, %d partitions)", tid, md.generation, partitions)
         return self._info(md)
 
@@ -215,7 +220,9 @@ class TopicRegistry:
         """Grow ``name`` to ``total`` partitions (CreatePartitions)."""
         async with self._change(name):
             tid = self.topic_id(name)
-            md, before = await self._broker.run(partitions_.grow, self._broker.store, tid, total)
+            md, before = await self._broker.run(
+                partitions_.grow, self._broker.store, tid, total, self.between_steps
+            )
             log.info("topic %s grew from %d to %d partitions", tid, before, total)
             return self._info(md)
 
@@ -225,7 +232,9 @@ class TopicRegistry:
         """New configs for every partition of the topic."""
         tid = self.topic_id(name)
         return self._info(
-            await self._broker.run(partitions_.update, self._broker.store, tid, properties)
+            await self._broker.run(
+                partitions_.update, self._broker.store, tid, properties, self.between_steps
+            )
         )
 
     async def delete(self, name: str) -> None:
@@ -233,7 +242,9 @@ class TopicRegistry:
             tid = self.topic_id(name)
             self.invalidate(name)
             try:
-                gone = await self._broker.run(partitions_.delete, self._broker.store, tid)
+                gone = await self._broker.run(
+                    partitions_.delete, self._broker.store, tid, self.between_steps
+                )
             finally:
                 self.invalidate(name)
             for md in gone:  # their cached batches can never be served again: free them now
