@@ -374,11 +374,11 @@ def test_admin_configs(gateway, topic_name):
     assert configs["retention.ms"].value == "7200000", configs["retention.ms"]
 
 
-def test_tmsgate_create_topic_with_3_partitions_is_invalid(tmsgate_only, topic_name):
+def test_tmsgate_create_topic_with_0_partitions_is_invalid(tmsgate_only, topic_name):
     admin = admin_client(tmsgate_only)
     with pytest.raises(KafkaException) as ei:
         _result(
-            admin.create_topics([NewTopic(topic_name, num_partitions=3, replication_factor=1)]),
+            admin.create_topics([NewTopic(topic_name, num_partitions=0, replication_factor=1)]),
             topic_name,
         )
     assert ei.value.args[0].code() == KafkaError.INVALID_PARTITIONS, ei.value

@@ -196,8 +196,8 @@ def test_admin_describe_configs(java_client, gateway, topic_name):
     assert cfg["retention.ms"]["source"] == "DYNAMIC_TOPIC_CONFIG", cfg["retention.ms"]
 
 
-def test_tmsgate_create_topic_with_3_partitions_is_invalid(java_client, tmsgate_only, topic_name):
-    res = java_client.run("create", tmsgate_only.bootstrap, topic_name, 3).one
+def test_tmsgate_create_topic_with_0_partitions_is_invalid(java_client, tmsgate_only, topic_name):
+    res = java_client.run("create", tmsgate_only.bootstrap, topic_name, 0).one
     assert res.get("error", "").endswith("InvalidPartitionsException"), res
 
 

@@ -2,7 +2,7 @@
 
 Producer with its defaults (idempotence on, so InitProducerId first) plus compression;
 KafkaConsumer without a group (assign/seek/poll); KafkaAdminClient. Also the tmsgate-specific
-specs: unpartitioned topics, retention.ms on create, and the tms.tx.write_pointer header.
+specs: partition counts, retention.ms on create, and the tms.tx.write_pointer header.
 """
 
 from __future__ import annotations
@@ -667,18 +667,18 @@ def test_metadata_for_unknown_topic(gateway, topic_name):
 # --------------------------------------------------------------------------- tmsgate-specific specs
 
 
-def test_tmsgate_create_topic_with_3_partitions_is_invalid(tmsgate_only, topic_name):
+def test_tmsgate_create_topic_with_0_partitions_is_invalid(tmsgate_only, topic_name):
     admin = admin_client(tmsgate_only)
     try:
         with pytest.raises(Errors.InvalidPartitionsError):
-            admin.create_topics({topic_name: {"num_partitions": 3, "replication_factor": 1}})
+            admin.create_topics({topic_name: {"num_partitions": 0, "replication_factor": 1}})
         assert topic_name not in admin.list_topics(), (
             "a refused CreateTopics must not create the topic"
         )
         # validate_only gives the same answer
         with pytest.raises(Errors.InvalidPartitionsError):
             admin.create_topics(
-                {topic_name: {"num_partitions": 3, "replication_factor": 1}}, validate_only=True
+                {topic_name: {"num_partitions": 0, "replication_factor": 1}}, validate_only=True
             )
     finally:
         admin.close()

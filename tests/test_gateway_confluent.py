@@ -97,8 +97,10 @@ def test_admin(gw: GatewayThread) -> None:
         [NewTopic("ck-admin", 1, 1, config={"retention.ms": "60000"}), NewTopic("ck-admin-3", 3, 1)]
     )
     futures["ck-admin"].result(10)
-    with pytest.raises(KafkaException, match="unpartitioned"):
-        futures["ck-admin-3"].result(10)
+    futures["ck-admin-3"].result(10)
+    assert len(admin.list_topics("ck-admin-3", timeout=10).topics["ck-admin-3"].partitions) == 3
+    with pytest.raises(KafkaException, match="between 1"):
+        admin.create_topics([NewTopic("ck-admin-0", 0, 1)])["ck-admin-0"].result(10)
     res = ConfigResource("topic", "ck-admin")
     configs = admin.describe_configs([res])[res].result(10)
     assert configs["retention.ms"].value == "60000"

@@ -110,8 +110,10 @@ def test_admin_create_describe_alter_delete(gw: GatewayThread) -> None:
             }
         }
     )
-    with pytest.raises(InvalidPartitionsError, match="unpartitioned"):
-        admin.create_topics({"kp-admin-3": {"num_partitions": 3}})
+    admin.create_topics({"kp-admin-3": {"num_partitions": 3}})
+    assert len(admin.describe_topics(["kp-admin-3"])[0]["partitions"]) == 3
+    with pytest.raises(InvalidPartitionsError, match="between 1"):
+        admin.create_topics({"kp-admin-0": {"num_partitions": 0}})
     assert "kp-admin" in admin.list_topics()
     res = ConfigResource(ConfigResourceType.TOPIC, "kp-admin")
     described = admin.describe_configs([res], config_filter="all")
