@@ -144,7 +144,9 @@ def forward(
             out.append(empty_batch(position, last))
         else:
             out.append(batch)
-            records += _COUNT.unpack_from(batch, 57)[0]
+            count = _COUNT.unpack_from(batch, 57)[0]
+            # a batch reaching back before the position: the target skips that part
+            records += count if base >= position else min(count, last - position + 1)
             size += len(batch)
         position = last + 1
     return Forward(out, position, records, size)

@@ -23,6 +23,7 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.protocol.produce import ProduceRequest
 from aiokafka.structs import TopicPartition
+from tmsgate.protocol import ErrorCode
 
 log = logging.getLogger("tmsgate.migrate")
 EARLIEST, LATEST = -2, -1
@@ -49,7 +50,11 @@ class FetchedPartition:
 
 def _check(code: int, what: str) -> None:
     if code:
-        raise LinkError(f"{what}: {for_code(code).__name__} (error {code})")
+        try:
+            name = ErrorCode(code).name  # tmsgate's table knows codes aiokafka does not
+        except ValueError:
+            name = for_code(code).__name__
+        raise LinkError(f"{what}: {name} (error {code})")
 
 
 class Link:
@@ -198,22 +203,23 @@ class Link:
                 return len(g[5])
         return 0
 
-    async def committed(self, group: str) -> dict[tuple[str, int], int]:
+    async def committed(self, group: str) -> dict[tuple[str, int], tuple[int, str]]:
+        """Each partition's committed (offset, metadata)."""
         node = await self.client.coordinator_lookup(CoordinationType.GROUP, group)
         response = await self.client.send(node, OffsetFetchRequest(group, None))
         _check(getattr(response, "error_code", 0), f"fetch offsets of {group}")
         return {
-            (topic, part[0]): part[1]
+            (topic, part[0]): (part[1], part[2] or "")
             for topic, parts in response.topics
             for part in parts
             if part[1] >= 0
         }
 
-    async def commit(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
-        """Commit as an admin tool does: no member, no generation."""
+    async def commit(self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+        """Commit (offset, metadata) as an admin tool does: no member, no generation."""
         topics: dict[str, list[tuple[int, int, str]]] = {}
-        for (topic, p), offset in offsets.items():
-            topics.setdefault(topic, []).append((p, offset, ""))
+        for (topic, p), (offset, metadata) in offsets.items():
+            topics.setdefault(topic, []).append((p, offset, metadata))
         node = await self.client.coordinator_lookup(CoordinationType.GROUP, group)
         response = await self.client.send(
             node, OffsetCommitRequest(group, -1, "", -1, list(topics.items()))

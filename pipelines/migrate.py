@@ -31,6 +31,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tmsgate.storage import StorageError
+
 from .batches import AbortedTracker, forward, gap, split_fetched, start_marker
 from .kafka_link import (
     EARLIEST,
@@ -125,7 +127,14 @@ async def make_plan(source: Link, target: Link, topics_re: str) -> Plan:
             current = tgt_configs.get(topic, {})
             plan.configs[topic] = current
             have = existing[topic]
-            if current.get(MIGRATION_SOURCE) is None:
+            other = current.get(MIGRATION_SOURCE)
+            if other is not None and other != source.bootstrap:
+                raise MigrationError(
+                    f"topic {topic} is being migrated from {other} on the target, not from "
+                    f"{source.bootstrap} (if that is the same cluster, name it as before: "
+                    f"--from {other})"
+                )
+            if other is None:
                 written = [p for p in range(have) if positions.get((topic, p), 0) > 0]
                 if written:
                     raise MigrationError(
@@ -402,11 +411,11 @@ async def copy_groups(
             continue
         current = await target.committed(group)
         todo, waiting = {}, 0
-        for tp, offset in offsets.items():
+        for tp, (offset, metadata) in offsets.items():
             if offset > parts[tp].position:
                 waiting += 1
-            elif offset > current.get(tp, -1):
-                todo[tp] = offset
+            elif offset > current.get(tp, (-1, ""))[0]:
+                todo[tp] = (offset, metadata)
         if todo:
             await target.commit(group, todo)
         result.copied = len(todo)
@@ -594,6 +603,9 @@ def run(args: argparse.Namespace) -> int:
         code = asyncio.run(migrate(opts))
     except (MigrationError, LinkError) as exc:
         log.error("migration stopped: %s (run it again to continue)", exc)
+        return 1
+    except StorageError as exc:  # --store: the store cannot be opened
+        log.error("cannot open store %s: %s (is a gateway running on it?)", args.store, exc)
         return 1
     except KeyboardInterrupt:
         log.error("interrupted: run it again to continue where the target ends")

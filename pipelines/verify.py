@@ -116,5 +116,6 @@ async def verify(source: str, target: str, parts: list[Any], out: Any = sys.stdo
             a.digest[:12] if a.digest == b.digest else f"{a.digest[:12]} / {b.digest[:12]}",
             "ok" if same else "DIFFERENT",
         )
-    Console(file=out, width=120).print(table)
+    widest = max(len(f"{t}-{p}") for t, p in tps)
+    Console(file=out, width=max(120, widest + 100)).print(table)
     return ok

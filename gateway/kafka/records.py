@@ -36,9 +36,13 @@ def write_pointer_of(value: bytes | None) -> int:
     return _WP.unpack(value)[0]
 
 
-def to_entries(records: Sequence[Any]) -> tuple[list[Entry], int | None]:
+def to_entries(
+    records: Sequence[Any], pointers_in_header: bool = True
+) -> tuple[list[Entry], int | None]:
     """-> (entries, write pointer or None). All records of a batch must agree on the
     write pointer: one batch is one publish, so it gets one set of offsets.
+    ``pointers_in_header`` False: the header is kept as any other (a migrated record
+    whose transaction committed on its source long ago).
 
     Entries are plain (payload, meta, ttl) tuples, the shape of Entry: this runs once per
     produced record, and a NamedTuple's constructor costs more than the rest of it."""
@@ -59,7 +63,7 @@ def to_entries(records: Sequence[Any]) -> tuple[list[Entry], int | None]:
         wp = None
         kept = []
         for name, value in headers:
-            if name == TX_HEADER:
+            if name == TX_HEADER and pointers_in_header:
                 wp = write_pointer_of(value)
             else:
                 kept.append((name, value))

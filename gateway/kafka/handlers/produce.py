@@ -35,7 +35,7 @@ from tmsgate.storage import StorageError, TopicNotFound
 from ..context import CloseConnection, RequestContext
 from ..errors import FailureLog, error_of
 from ..producers import BatchRecord, check
-from ..records import TX_HEADER, to_entries
+from ..records import to_entries
 from ..routes import Route
 from ..topics import TopicInfo
 from ..txn import TxnError
@@ -195,11 +195,11 @@ def _prepare_migrated(
             return _fail(ErrorCode.INVALID_RECORD, "batches must follow each other's offsets")
         try:
             batch = decode_batch(view, exact=True)
-            entries, wp = to_entries(batch.records)
+            # A source's read_committed records are committed: a tms.tx.write_pointer
+            # header (a tmsgate source) is copied as it reads, an ordinary header.
+            entries, _ = to_entries(batch.records, pointers_in_header=False)
         except ProtocolError as exc:
             return _fail(getattr(exc, "code", ErrorCode.INVALID_RECORD), str(exc))
-        if wp is not None:
-            return _fail(ErrorCode.INVALID_RECORD, f"migrated records carry no {TX_HEADER}")
         items += zip([r.offset for r in batch.records], entries, strict=True)
         records += len(entries)
         size += batch.size
