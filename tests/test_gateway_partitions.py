@@ -400,11 +400,11 @@ def test_create_partitions_grows_a_topic(gw: GatewayThread, client: RawClient) -
 
 def test_create_partitions_refusals(gw: GatewayThread, client: RawClient) -> None:
     name = created(client, unique("nogrow"), 3)
-    assert grow(client, name, 3) == (E.INVALID_PARTITIONS, "Topic already has 3 partitions.")
-    assert grow(client, name, 2) == (
-        E.INVALID_PARTITIONS,
-        "Topic currently has 3 partitions, which is higher than the requested 2.",
-    )
+    for count in (3, 2):  # Apache Kafka 4.1's message
+        assert grow(client, name, count) == (
+            E.INVALID_PARTITIONS,
+            f"The topic {name} currently has 3 partition(s); {count} would not be an increase.",
+        )
     code, message = grow(client, name, 100_000)
     assert code == E.INVALID_PARTITIONS and "between 1 and 99999" in (message or "")
     missing = unique("nogrow-missing")

@@ -30,15 +30,11 @@ async def _grow(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
             )
         check_partition_count(topic.count)
-        if topic.count < info.partitions:
-            raise Refused(  # Kafka's messages
+        if topic.count <= info.partitions:
+            raise Refused(  # Apache Kafka 4.1's message, measured
                 ErrorCode.INVALID_PARTITIONS,
-                f"Topic currently has {info.partitions} partitions, which is higher than "
-                f"the requested {topic.count}.",
-            )
-        if topic.count == info.partitions:
-            raise Refused(
-                ErrorCode.INVALID_PARTITIONS, f"Topic already has {info.partitions} partitions."
+                f"The topic {name} currently has {info.partitions} partition(s); "
+                f"{topic.count} would not be an increase.",
             )
         if topic.assignments is not None:
             if len(topic.assignments) != topic.count - info.partitions:
