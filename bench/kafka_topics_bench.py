@@ -97,13 +97,13 @@ def child_gateway_pid(bootstrap: str) -> int:
 # --------------------------------------------------------------------------- topics
 
 
-def create_topics(bootstrap: str, names: list[str]) -> float:
+def create_topics(bootstrap: str, names: list[str], partitions: int = 1) -> float:
     admin = AdminClient(ck_common(bootstrap))
     started = time.perf_counter()
     for i in range(0, len(names), CREATE_CHUNK):
         chunk = names[i : i + CREATE_CHUNK]
         futures = admin.create_topics(
-            [NewTopic(n, num_partitions=1, replication_factor=1) for n in chunk],
+            [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in chunk],
             operation_timeout=60,
             request_timeout=120,
         )
@@ -138,9 +138,15 @@ class Deliveries:
 
 
 def send(
-    producer: confluent_kafka.Producer, names: list[str], n: int, value: bytes, what: str
+    producer: confluent_kafka.Producer,
+    names: list[str],
+    n: int,
+    value: bytes,
+    what: str,
+    partition: int = 0,
 ) -> None:
-    """Produce n records round-robin over `names`, flush, check every delivery report."""
+    """Produce n records round-robin over `names`, flush, check every delivery report.
+    ``partition`` -1: librdkafka's partitioner picks (keyless: sticky batches)."""
     done = Deliveries()
     t = len(names)
     last, since = -1, time.monotonic()
@@ -157,7 +163,7 @@ def send(
         topic = names[i % t]
         while True:
             try:
-                producer.produce(topic, value, partition=0, on_delivery=done)
+                producer.produce(topic, value, partition=partition, on_delivery=done)
                 break
             except BufferError:  # local queue full: serve delivery reports, retry
                 producer.poll(0.005)
@@ -190,21 +196,23 @@ def run_phase(
     value: bytes,
     run_id: str,
     producer_config: dict[str, object],
+    partitions: int = 1,
 ) -> Phase:
     names = [f"tb-{run_id}-t{t}-{i:05d}" for i in range(t)]
-    log(f"T={t:>6,}: creating {t:,} topics ...")
-    create_s = create_topics(bootstrap, names)
+    log(f"T={t:>6,}: creating {t:,} topics of {partitions} partition(s) ...")
+    create_s = create_topics(bootstrap, names, partitions)
+    target = 0 if partitions == 1 else -1  # several: the client's partitioner spreads them
     log(f"T={t:>6,}: created in {create_s:.1f} s; warming the producer (1 record per topic)")
     producer = confluent_kafka.Producer({**ck_common(bootstrap), **producer_config})
     warm_started = time.perf_counter()
-    send(producer, names, t, value, f"warm-up T={t}")
+    send(producer, names, t * partitions, value, f"warm-up T={t}", target)
     warmup_s = time.perf_counter() - warm_started
     log(f"T={t:>6,}: warmed up in {warmup_s:.1f} s; timing {n:,} records")
 
     broker_before = proc_cpu_seconds(pid) if pid else None
     client_before = self_cpu_seconds()
     started = time.perf_counter()
-    send(producer, names, n, value, f"produce T={t}")
+    send(producer, names, n, value, f"produce T={t}", target)
     seconds = time.perf_counter() - started
     client_cpu = self_cpu_seconds() - client_before
     broker_cpu = (
@@ -271,6 +279,9 @@ def parse_args() -> argparse.Namespace:
         type=int,
         help="batch.num.messages, the most records per partition batch (default: librdkafka's)",
     )
+    ap.add_argument(
+        "--partitions", type=int, default=1, help="partitions of every topic (default 1)"
+    )
     ap.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
     args = ap.parse_args()
     try:
@@ -325,7 +336,9 @@ def main() -> None:
         summary["broker_pid"] = pid
         for t in args.topic_counts:
             n = max(t, round(default_messages(t) * args.messages_scale))
-            phases.append(run_phase(bootstrap, pid, t, n, value, run_id, producer_config))
+            phases.append(
+                run_phase(bootstrap, pid, t, n, value, run_id, producer_config, args.partitions)
+            )
     log("")
     log(table(phases))
     summary["phases"] = [asdict(p) for p in phases]
