@@ -130,11 +130,7 @@ class Store:
             if previous is not None and previous.generation > 0:
                 raise TopicAlreadyExists(topic)
             md = new_metadata(topic, previous.generation if previous else 0, props, self._clock())
-            batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(md)))
-            batch.after.append(lambda: self._topic_changed(md))
-            with self._lock:
-                self._metadata[topic] = md
-                self._states.pop(topic, None)
+            self._put_metadata(batch, md, fresh=True)
             return md
 
         return self._write(op)
@@ -163,11 +159,7 @@ class Store:
                 previous = self._topic_metadata(topic)
                 gen = previous.generation if previous else 0
                 md = new_metadata(topic, gen, props, self._clock())
-                batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(md)))
-                batch.after.append(functools.partial(self._topic_changed, md))
-                with self._lock:
-                    self._metadata[topic] = md
-                    self._states.pop(topic, None)
+                self._put_metadata(batch, md, fresh=True)
                 out.append(md)
             return out
 
@@ -189,13 +181,7 @@ class Store:
             if props is None:
                 props = validate_properties(properties(dict(md.properties)))  # type: ignore[operator]
             md = TopicMetadata(topic, md.generation, props, md.topic_uuid, md.created_ms)
-            batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(md)))
-            batch.after.append(lambda: self._topic_changed(md))
-            with self._lock:
-                self._metadata[topic] = md
-                st = self._states.get(topic)
-                if st is not None:
-                    st.metadata = md
+            self._put_metadata(batch, md, fresh=False)
             return md
 
         return self._write(op)  # type: ignore[return-value]
@@ -206,11 +192,7 @@ class Store:
         def op(batch: Batch) -> None:
             md = self._require(topic)
             gone = TopicMetadata(topic, -md.generation, md.properties, md.topic_uuid, md.created_ms)
-            batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(gone)))
-            batch.after.append(lambda: self._topic_changed(gone))
-            with self._lock:
-                self._metadata[topic] = gone
-                self._states.pop(topic, None)
+            self._put_metadata(batch, gone, fresh=True)
 
         self._write(op)
 
@@ -227,13 +209,7 @@ class Store:
                 if md is None or md.generation <= 0:
                     continue
                 md = TopicMetadata(topic, md.generation, props, md.topic_uuid, md.created_ms)
-                batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(md)))
-                batch.after.append(functools.partial(self._topic_changed, md))
-                with self._lock:
-                    self._metadata[topic] = md
-                    st = self._states.get(topic)
-                    if st is not None:
-                        st.metadata = md
+                self._put_metadata(batch, md, fresh=False)
                 out.append(md)
             return out
 
@@ -251,11 +227,7 @@ class Store:
                 gone = TopicMetadata(
                     topic, -md.generation, md.properties, md.topic_uuid, md.created_ms
                 )
-                batch.mutations.append((keys.topic_meta_key(topic), encode_metadata(gone)))
-                batch.after.append(functools.partial(self._topic_changed, gone))
-                with self._lock:
-                    self._metadata[topic] = gone
-                    self._states.pop(topic, None)
+                self._put_metadata(batch, gone, fresh=True)
                 out.append(md)
             return out
 
@@ -769,6 +741,18 @@ class Store:
         self.close()
 
     # --- internals ------------------------------------------------------------------------
+    def _put_metadata(self, batch: Batch, md: TopicMetadata, fresh: bool) -> None:
+        """Write a topic's metadata row in ``batch`` (on the writer thread). ``fresh``: a
+        new or deleted generation, whose in-memory state starts over."""
+        batch.mutations.append((keys.topic_meta_key(md.topic), encode_metadata(md)))
+        batch.after.append(functools.partial(self._topic_changed, md))
+        with self._lock:
+            self._metadata[md.topic] = md
+            if fresh:
+                self._states.pop(md.topic, None)
+            elif (st := self._states.get(md.topic)) is not None:
+                st.metadata = md
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosed("the store is closed")
