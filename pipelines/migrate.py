@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiokafka.errors import KafkaError
 from tmsgate.storage import StorageError
 
 from .batches import AbortedTracker, forward, gap, split_fetched, start_marker
@@ -246,13 +247,26 @@ class Copier:
 
     async def run(self) -> None:
         writer = asyncio.ensure_future(self._write())
+        fetcher = asyncio.ensure_future(self._fetch_all())
+        await asyncio.wait({writer, fetcher}, return_when=asyncio.FIRST_EXCEPTION)
+        if writer.done() and not writer.cancelled() and writer.exception() is not None:
+            # The target refused a write: stop fetching (the queue would stay full).
+            fetcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await fetcher
+            writer.result()
+        try:
+            await fetcher
+        finally:
+            await writer
+
+    async def _fetch_all(self) -> None:
         try:
             if self.first.batches:
                 await self.queue.put(self.first)
             await self._fetch()
         finally:
-            await self.queue.put(None)
-        await writer
+            await self.queue.put(None)  # the writer writes what was fetched, then ends
 
     def _open(self) -> list[TP]:
         if self.follow:
@@ -602,6 +616,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         code = asyncio.run(migrate(opts))
     except (MigrationError, LinkError) as exc:
+        log.error("migration stopped: %s (run it again to continue)", exc)
+        return 1
+    except KafkaError as exc:  # a cluster cannot be reached, or a request timed out
         log.error("migration stopped: %s (run it again to continue)", exc)
         return 1
     except StorageError as exc:  # --store: the store cannot be opened
