@@ -369,8 +369,11 @@ def test_a_disk_filled_by_something_else(
     produce_until_refused(gw.bootstrap, topic, after, start=2000)
     acked.update(after.acked)
     assert metric(metrics_port, "tmsgate_store_writes_refused") == 1
+    assert metric(metrics_port, "tmsgate_store_disk_reserve_bytes") == 0  # released
+    # ...and its space is free, less what LevelDB's background compaction may have
+    # written since (once 1.4 MiB of the 8, on a loaded machine).
     released_free = free_mib(gw.store_dir)
-    assert released_free >= RESERVE_MIB - 1  # the reserve was released
+    assert released_free >= RESERVE_MIB / 2
     delete_topic(gw.bootstrap, other)  # deletes work on the full disk
     read_full, lost, _ = check_read_back(gw.bootstrap, topic, acked)
     assert read_full == len(acked)
