@@ -141,6 +141,14 @@ def wait_until(pred: Callable[[], object], timeout: float, what: str, interval: 
         time.sleep(interval)
 
 
+def port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def require_tool(name: str, why: str = "") -> str:
     """Path of an executable; FAIL when missing under CI (CI env var set), skip locally."""
     path = shutil.which(name)

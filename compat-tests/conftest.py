@@ -24,7 +24,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,19 +35,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compat_helpers import ADMIN_TIMEOUT_S, IN_CI, free_port, unavailable
+from compat_helpers import ADMIN_TIMEOUT_S, IN_CI, free_port, port_open, unavailable
 
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
-
-
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _tmsgate_script() -> Path:
@@ -160,7 +151,7 @@ class Gateway:
                     f"command: {shlex.join(self.command())}\n"
                     f"--- gateway output ---\n{self.log_tail(80)}"
                 )
-            if _port_open(self.host, self.port):
+            if port_open(self.host, self.port):
                 return
             time.sleep(0.05)
         self._kill()
@@ -246,7 +237,7 @@ class ExternalBroker:
         return 0
 
     def alive(self) -> bool:
-        return _port_open(self.host, self.port)
+        return port_open(self.host, self.port)
 
 
 _GATEWAY: Gateway | ExternalBroker | None = None

@@ -10,7 +10,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from compat_helpers import ADMIN_TIMEOUT_S, PRODUCE_TIMEOUT_S, free_port, wait_until
+from compat_helpers import ADMIN_TIMEOUT_S, PRODUCE_TIMEOUT_S, free_port, port_open, wait_until
 
 TMSGATE = Path(sys.executable).parent / "tmsgate"  # the venv's console script
 START_TIMEOUT_S = 20.0
@@ -34,14 +33,6 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMSGATE_")}
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 class Server:
@@ -90,12 +81,17 @@ class Server:
                 start_new_session=True,
             )
         ports = [self.port] + ([self.http_port] if self.http_port else [])
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not all(_port_open(p) for p in ports):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"tmsgate serve did not start:\n{self.log_tail()}")
-            time.sleep(0.05)
+
+        def listening() -> bool:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError("tmsgate serve exited")
+            return all(port_open("127.0.0.1", p) for p in ports)
+
+        try:
+            wait_until(listening, START_TIMEOUT_S, "tmsgate serve to listen", interval=0.05)
+        except AssertionError:
+            self.stop()
+            raise RuntimeError(f"tmsgate serve did not start:\n{self.log_tail()}") from None
         return self
 
     def stop(self) -> None:

@@ -1252,9 +1252,9 @@ def _member_kafka_python(bootstrap: str, topic: str, group: str, strategy: str, 
     # (its own assignment made need_rejoin() false): no assignment applied, no heartbeats,
     # evicted after the session timeout -- seen against Apache Kafka, whose first rebalance
     # does not wait (group.initial.rebalance.delay.ms=0).
-    deadline = time.monotonic() + 20
-    while len(c.partitions_for_topic(topic)) < PARTS and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(
+        lambda: len(c.partitions_for_topic(topic) or ()) >= PARTS, 20, f"metadata of {topic}"
+    )
     c.subscribe([topic])
     while not _Member.stop.is_set():
         polled = c.poll(timeout_ms=200, max_records=200)
