@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import re
 import signal
@@ -600,18 +601,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 def run(args: argparse.Namespace) -> int:
-    opts = Options(
-        source=args.source,
-        target=args.target,
-        store=args.store,
-        topics=args.topics,
-        groups=args.groups,
-        follow=args.follow,
-        finish=args.finish,
-        verify=args.verify,
-        force=args.force,
-        dry_run=args.dry_run,
-    )
+    opts = Options(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Options)})
     started = time.monotonic()
     try:
         code = asyncio.run(migrate(opts))
