@@ -121,6 +121,8 @@ def http_error(exc: BaseException) -> HttpError:
         extra = {"writePointer": exc.write_pointer, "kafkaTransactionalId": exc.transactional_id}
     elif isinstance(exc, DiskFull):
         extra = {"freeBytes": exc.free_bytes, "needBytes": exc.need_bytes}
+    elif isinstance(exc, OffsetOutOfRange):
+        extra = {"earliest": exc.earliest, "latest": exc.next_offset}
     return HttpError(kind.http, kind.name, message, extra)
 
 

@@ -97,12 +97,17 @@ class Services:
         # Before listening: commits decided before a crash are finished (and open Kafka
         # transactions aborted) before any client can read.
         await self.broker.txns.ready()
+        await self.transactions.recover()  # commits with a manifest, the same way
         await self.kafka_server.start()
         if config.http is not None:
             from .http.server import HttpServer  # Starlette and uvicorn only when serving HTTP
 
             self.http_server = HttpServer(self, config.http)
             await self.http_server.start()
+            host, port = self.http_server.address
+            if host in ("0.0.0.0", "::"):  # every interface: the one Kafka clients use
+                host = self.broker.advertised_host
+            self.broker.http_url = f"http://{host}:{port}"
         if config.metrics_listen is not None:
             self.metrics.serve(*config.metrics_listen)
             log.info("metrics on http://%s:%d/metrics", *config.metrics_listen)
@@ -131,6 +136,7 @@ class Services:
                 # Kafka's first: it fences the producer as it aborts (Kafka's behaviour).
                 kafka = await self.broker.txns.expire()
                 expired = await self.run(self.store.transactions.expire)
+                await self.run(self.transactions.forget_old_keys)
             except Exception as exc:  # a full disk, a closing store: try again later
                 log.warning("expiring transactions failed: %s", exc)
                 continue

@@ -6,22 +6,48 @@ Starting, committing and aborting each write the manager's state durably (an fsy
 shared with concurrent writers); they are awaited as the store's futures, without a thread
 per call. Queries answer from memory. Non-transactional publishing and polling never go
 through here.
+
+Two additions serve writers made of many workers (a Spark sink, docs/spark.md):
+
+- **Keyed transactions.** ``start(key=K)`` answers the same transaction to every call with
+  K while it is in progress, and its final state once it committed; after an abort or a
+  timeout, K starts a new one. So a batch that a crashed driver replays finds out that it
+  already committed, and its tasks all write into one transaction. The key's row
+  (``txkey`` state area) is forgotten ``KEY_RETENTION_MS`` after it was made.
+- **Commits with a manifest.** ``commit(wp, publish=...)`` keeps, on each named topic,
+  only the PayloadTable rows of the stores it lists (a failed task attempt's rows are
+  dropped), publishes each topic's reference row and commits, in commit-point order:
+
+    1. decide     TransactionManager.decide(wp): no timeout or abort can end it now
+    2. record     the manifest's row (``txcommit`` area): the decision, durable
+    3. publish    per topic: Store.publish_kept_async (deletes, then the reference row)
+    4. commit     the TMS commit: every topic visible at once to transactional readers
+    5. forget     the manifest's row is deleted
+
+  Steps 3-5 are idempotent; ``recover()`` (at start, before listening) replays every
+  recorded manifest, so a kill -9 anywhere ends with all of it visible exactly once, or
+  (before step 2) none of it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from tmsgate.storage import (
     Store,
+    StoredRange,
+    TopicId,
     Transaction,
     TransactionNotInProgress,
     decode_transaction,
     encode_transaction,
 )
+from tmsgate.storage.transactions import COMMITTED, IN_PROGRESS
 
 from .errors import TransactionOwned
 
@@ -29,6 +55,29 @@ log = logging.getLogger("tmsgate.transactions")
 
 DEFAULT_TIMEOUT_S = 30.0  # Tephra's default transaction timeout
 MAX_TIMEOUT_S = 86_400.0  # a day: a longer-lived transaction holds every reader back
+KEY_AREA = "txkey"
+COMMIT_AREA = "txcommit"
+MAX_KEY_LENGTH = 255
+# A Spark sink asks for a batch's key again only when it replays that batch: after a
+# crash, within the query's restart. A week covers any restart an operator makes.
+KEY_RETENTION_MS = 7 * 86_400_000
+
+Manifest = Sequence[tuple[TopicId, Sequence[StoredRange]]]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedStart:
+    """What start(key=...) answers: a transaction in progress (``tx``), or the committed
+    write pointer of the key (``tx`` None)."""
+
+    write_pointer: int
+    state: str
+    tx: Transaction | None
+
+
+def check_key(key: str) -> None:
+    if not 0 < len(key) <= MAX_KEY_LENGTH or not key.isascii() or not key.isprintable():
+        raise ValueError(f"a transaction key has 1-{MAX_KEY_LENGTH} printable ASCII characters")
 
 
 class TransactionService:
@@ -40,8 +89,11 @@ class TransactionService:
     ) -> None:
         """``kafka_owner(wp)``: the Kafka transactional id whose transaction ``wp`` is
         (the Kafka transaction coordinator's), else None."""
+        self._store = store
         self._manager = store.transactions
         self._kafka_owner = kafka_owner
+        self._key_lock = asyncio.Lock()  # one transaction per key, whoever asks first
+        self._next_key_sweep_ms = 0
         self._open = Gauge(
             "tmsgate_transactions_open",
             "Transactions in progress (started, not yet committed, aborted or timed out)",
@@ -72,6 +124,26 @@ class TransactionService:
         self._ended.labels("started").inc()
         return tx
 
+    async def start_keyed(self, key: str, timeout_s: float | None = None) -> KeyedStart:
+        """The transaction of ``key`` (see the module docstring)."""
+        check_key(key)
+        async with self._key_lock:
+            raw = self._store.get_state(KEY_AREA, key)
+            if raw is not None:
+                wp = int(json.loads(raw)["wp"])
+                state = self._manager.state(wp)
+                if state == COMMITTED:
+                    return KeyedStart(wp, COMMITTED, None)
+                if state == IN_PROGRESS:
+                    snap = self._manager.snapshot()
+                    tx = Transaction(wp, snap.read_pointer, snap.in_progress - {wp}, snap.invalid)
+                    return KeyedStart(wp, IN_PROGRESS, tx)
+                log.info("transaction key %r: %d is %s; starting another", key, wp, state)
+            tx = await self.start(timeout_s)
+            row = json.dumps({"wp": tx.write_pointer, "atMs": self._store.now_ms()})
+            await asyncio.wrap_future(self._store.put_states_async({(KEY_AREA, key): row.encode()}))
+            return KeyedStart(tx.write_pointer, IN_PROGRESS, tx)
+
     async def snapshot(self) -> Transaction:
         """A read-only transaction for consumers: no write pointer is taken."""
         return self._manager.snapshot()
@@ -80,6 +152,64 @@ class TransactionService:
         self._refuse_kafka(wp)
         await asyncio.wrap_future(self._manager.commit_async(wp))
         self._ended.labels("committed").inc()
+
+    async def commit_publishing(self, wp: int, manifest: Manifest) -> None:
+        """Commit after publishing only the listed stores (module docstring, steps 1-5)."""
+        self._refuse_kafka(wp)
+        self._manager.decide(wp)  # 1; TransactionNotInProgress if it cannot commit
+        record = {
+            "wp": wp,
+            "publish": [
+                [t.namespace, t.topic, [_range_row(r) for r in ranges]] for t, ranges in manifest
+            ],
+        }
+        key = f"{wp:020d}"
+        await asyncio.wrap_future(
+            self._store.put_states_async({(COMMIT_AREA, key): json.dumps(record).encode()})
+        )  # 2
+        await self._apply(wp, manifest, key)
+        self._ended.labels("committed").inc()
+
+    async def _apply(self, wp: int, manifest: Manifest, key: str) -> None:
+        for topic, ranges in manifest:  # 3
+            await asyncio.wrap_future(self._store.publish_kept_async(topic, wp, ranges))
+        try:
+            await asyncio.wrap_future(self._manager.commit_async(wp))  # 4
+        except TransactionNotInProgress as exc:
+            if exc.state != COMMITTED:  # committed: a replay after step 4
+                raise
+        await asyncio.wrap_future(self._store.put_states_async({(COMMIT_AREA, key): None}))  # 5
+
+    async def recover(self) -> None:
+        """Finish every commit whose manifest was recorded (at start, before listening)."""
+        for key, raw in self._store.scan_state(COMMIT_AREA):
+            record = json.loads(raw)
+            wp = int(record["wp"])
+            manifest = [
+                (TopicId.stored(ns, name), [_range_of(wp, r) for r in rows])
+                for ns, name, rows in record["publish"]
+            ]
+            if self._manager.state(wp) != COMMITTED:
+                self._manager.decide(wp, recovering=True)
+            log.warning("finishing the commit of write pointer %d decided before a restart", wp)
+            await self._apply(wp, manifest, key)
+
+    def forget_old_keys(self) -> int:
+        """Delete transaction keys older than KEY_RETENTION_MS (at most once an hour: it
+        scans them all); -> how many."""
+        now = self._store.now_ms()
+        if now < self._next_key_sweep_ms:
+            return 0
+        self._next_key_sweep_ms = now + 3_600_000
+        floor = now - KEY_RETENTION_MS
+        old = {
+            (KEY_AREA, key): None
+            for key, raw in self._store.scan_state(KEY_AREA)
+            if int(json.loads(raw)["atMs"]) < floor
+        }
+        if old:
+            self._store.put_states(old)
+        return len(old)
 
     async def abort(self, wp: int) -> None:
         self._refuse_kafka(wp)
@@ -116,3 +246,12 @@ class TransactionService:
     @staticmethod
     def decode(raw: bytes) -> Transaction:
         return decode_transaction(raw)
+
+
+def _range_row(r: StoredRange) -> list[int]:
+    return [r.start_ts, r.start_seq, r.end_ts, r.end_seq, r.count]
+
+
+def _range_of(wp: int, row: Sequence[int]) -> StoredRange:
+    start_ts, start_seq, end_ts, end_seq, count = row
+    return StoredRange(wp, start_ts, start_seq, end_ts, end_seq, count)

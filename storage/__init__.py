@@ -25,6 +25,7 @@ from .ids import (
     PublishResult,
     ReadResult,
     RollbackDetail,
+    StoredRange,
     TopicId,
     TopicMetadata,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "StorageError",
     "Store",
     "StoreClosed",
+    "StoredRange",
     "TopicAlreadyExists",
     "TopicId",
     "TopicMetadata",

@@ -152,6 +152,20 @@ class RollbackDetail:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredRange:
+    """The PayloadTable rows one store() wrote for a write pointer: keys (write time,
+    sequence) from start to end inclusive, ``count`` rows. Rows of one write pointer are
+    written in key order, so the range holds that call's rows and no other's."""
+
+    write_pointer: int
+    start_ts: int
+    start_seq: int
+    end_ts: int
+    end_seq: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class PublishResult:
     base_offset: int
     count: int

@@ -7,6 +7,7 @@ returns and concurrent writers share fsyncs. Reads run on the caller's thread.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 import time
@@ -32,6 +33,7 @@ from .ids import (
     PublishResult,
     ReadResult,
     RollbackDetail,
+    StoredRange,
     TopicId,
     TopicMetadata,
 )
@@ -431,24 +433,28 @@ class Store:
         self._check_open()
         return self._writer.submit(op)
 
-    def store(self, topic: TopicId, items: Sequence[Item], tx: Transaction | int) -> None:
-        self.store_async(topic, items, tx).result()
+    def store(self, topic: TopicId, items: Sequence[Item], tx: Transaction | int) -> StoredRange:
+        return self.store_async(topic, items, tx).result()
 
     def store_async(
         self, topic: TopicId, items: Sequence[Item], tx: Transaction | int
-    ) -> Future[None]:
-        """Write payloads to the PayloadTable under the transaction's write pointer."""
+    ) -> Future[StoredRange]:
+        """Write payloads to the PayloadTable under the transaction's write pointer; -> the
+        rows written (what publish_kept_async takes to choose among several stores)."""
         wp = _write_pointer(tx)
         if wp is None:
             raise InvalidTransaction("store() needs a transaction")
         self._refuse_if_full()
         entries = list(items)
+        txm = self.transactions
 
-        def op(batch: Batch) -> None:
+        def op(batch: Batch) -> StoredRange:
             self._refuse_if_full()
             st = self._state(topic)
-            if not self.transactions.is_in_progress(wp):
-                raise TransactionNotInProgress(wp, self.transactions.state(wp))
+            if not txm.is_in_progress(wp) or txm.is_decided(wp):
+                # Decided: a commit is choosing which stored rows to publish; a store
+                # landing now (a retried task's zombie) must not slip in.
+                raise TransactionNotInProgress(wp, txm.state(wp))
             self._rows.check_unreferenced(st, wp)
             stored = self._rows.stored(st, wp)
             count, ts, seq = stored
@@ -456,18 +462,77 @@ class Store:
             if now > ts:  # per write pointer, write times never go back: keys stay unique
                 ts, seq = now, -1
             prefix = st.payload_prefix + _U64.pack(wp)
+            first: tuple[int, int] | None = None
             for item in entries:
                 seq += 1
                 if seq > keys.MAX_SEQ:
                     ts, seq = ts + 1, 0
+                if first is None:
+                    first = (ts, seq)
                 if type(item) is bytes:
                     value = keys.encode_row(0, 0, item)
                 else:
                     payload, meta, ttl = item
                     value = keys.encode_row(0, 0, payload, None, meta, ttl)
                 batch.mutations.append((prefix + keys.PAYLOAD_ROW.pack(ts, seq), value))
+            if first is None:
+                return StoredRange(wp, 0, 0, 0, 0, 0)  # nothing stored
             stored[:] = [count + len(entries), ts, seq]
+            return StoredRange(wp, first[0], first[1], ts, seq, len(entries))
 
+        return self._writer.submit(op)
+
+    def publish_kept_async(
+        self, topic: TopicId, wp: int, keep: Sequence[StoredRange]
+    ) -> Future[int]:
+        """Publish one reference row for the payloads ``keep`` names, after deleting every
+        other PayloadTable row of ``wp`` on ``topic`` (rows stored by a writer whose work
+        was thrown away: a failed or retried Spark task). -> rows referenced.
+
+        For applying a recorded commit decision, step by step: idempotent (a replay
+        deletes nothing more and finds the reference written: 0), and correct without
+        multi-row atomicity (the deletes come before the reference, and a replay repeats
+        them). Refuses a ``keep`` that does not match the rows stored."""
+        row = keys.PAYLOAD_ROW.pack
+        ranges = sorted(
+            (row(r.start_ts, r.start_seq), row(r.end_ts, r.end_seq)) for r in keep if r.count
+        )
+        kept_rows = sum(r.count for r in keep)
+        if any(r.write_pointer != wp for r in keep):
+            raise InvalidTransaction(f"a kept range is not of write pointer {wp}")
+        if any(lo > hi for lo, hi in ranges) or any(
+            a[1] >= b[0] for a, b in itertools.pairwise(ranges)
+        ):
+            raise InvalidTransaction("kept ranges must not be empty or overlap")
+        txm = self.transactions
+
+        def op(batch: Batch) -> int:
+            st = self._state(topic)
+            prefix = st.payload_prefix + _U64.pack(wp)
+            doomed: list[bytes] = []
+            low = prefix
+            for start, end in ranges:
+                doomed += [k for k, _ in self._backend.scan(low, prefix + start)]
+                low = prefix + end + b"\x00"
+            doomed += [k for k, _ in self._backend.scan(low, keys.prefix_end(prefix))]
+            batch.mutations.extend((key, None) for key in doomed)
+            if self._rows.is_referenced(st, wp):
+                return 0
+            if not txm.is_in_progress(wp):
+                raise TransactionNotInProgress(wp, txm.state(wp))
+            stored = self._rows.stored(st, wp)  # counted before this batch's deletes
+            if stored[0] - len(doomed) != kept_rows:
+                raise InvalidTransaction(
+                    f"the kept ranges name {kept_rows} rows; {stored[0] - len(doomed)} "
+                    f"are stored in them for write pointer {wp} on {topic}"
+                )
+            stored[0] = kept_rows
+            if kept_rows == 0:
+                st.stored.pop(wp, None)
+                return 0
+            return self._rows.append_reference(batch, st, wp).count
+
+        self._check_open()
         return self._writer.submit(op)
 
     def rollback(self, topic: TopicId, detail: RollbackDetail | PublishResult) -> int:

@@ -279,6 +279,10 @@ class TransactionManager:
     def is_in_progress(self, wp: int) -> bool:
         return wp in self._in_progress
 
+    def is_decided(self, wp: int) -> bool:
+        """Its commit was decided (decide()): it takes no more writes, only the commit."""
+        return wp in self._decided
+
     def visibility_now(self, wp: int) -> Visibility:
         """How an entry with this write pointer reads right now (no snapshot): held while
         in progress, skipped once invalid or rolled back, accepted once committed."""

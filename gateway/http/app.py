@@ -20,6 +20,7 @@ from .errors import error_response, json_response
 from .messages import MessageHandlers
 from .metrics import HttpMetrics, Observe
 from .openapi import openapi_document
+from .records import RecordHandlers
 from .topics import TopicHandlers
 from .transactions import TransactionHandlers
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from tmsgate.gateway.services import Services
 
 Handler = Callable[[Request], Awaitable[Response]]
-AREAS = (TopicHandlers, MessageHandlers, TransactionHandlers)
+AREAS = (TopicHandlers, MessageHandlers, RecordHandlers, TransactionHandlers)
 
 
 class Probes:

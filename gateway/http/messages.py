@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 from tmsgate.gateway.errors import BadRequest
-from tmsgate.protocol.tms_http import AVRO, PublishRequest, PublishResponse
+from tmsgate.protocol.columns import MEDIA_TYPE as COLUMNS_MEDIA_TYPE
+from tmsgate.protocol.tms_http import AVRO, PublishRequest, PublishResponse, media_type
 from tmsgate.storage import MessageId, RollbackDetail, Transaction
 
 from .config import HttpConfig
 from .errors import body_codec, json_response, read_body, topic_id
+from .records import store_columns
 
 if TYPE_CHECKING:
     from tmsgate.gateway.services import Services
@@ -61,15 +63,24 @@ class MessageHandlers:
         return Response(codec.encode_publish_response(resp), media_type=codec.content_type)
 
     async def store(self, request: Request) -> Response:
-        codec = body_codec(request)
         tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        if media_type(request.headers.get("content-type")) == COLUMNS_MEDIA_TYPE:
+            return await store_columns(self.services, request, tid, self.max_body)
+        codec = body_codec(request)
         req = await self._publish_request(request, codec)
         if req.write_pointer is None:
             raise BadRequest("store needs a transactionWritePointer")
         if not req.messages:
             raise BadRequest("store needs at least one message")
-        await self.services.wait(self._store.store_async(tid, req.messages, req.write_pointer))
-        return Response(status_code=200)
+        stored = await self.services.wait(
+            self._store.store_async(tid, req.messages, req.write_pointer)
+        )
+        # The receipt: a PublishResponse of the PayloadTable rows written. A commit with a
+        # manifest (docs/http-api.md) names the receipts whose rows it publishes.
+        resp = PublishResponse(
+            stored.write_pointer, stored.start_ts, stored.start_seq, stored.end_ts, stored.end_seq
+        )
+        return Response(codec.encode_publish_response(resp), media_type=codec.content_type)
 
     async def _publish_request(self, request: Request, codec: Any) -> PublishRequest:
         """Decode a PublishRequest; a large body on the CPU thread, so that decoding it

@@ -21,6 +21,12 @@ AVRO_TYPE = tms_http.AVRO_CONTENT_TYPE
 # Kafka's naming rules, which namespaces share: '.' and '..' alone are refused.
 NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._-]{1,249}$"
 
+_RECEIPT_FIELDS = ("startTimestamp", "startSequenceId", "endTimestamp", "endSequenceId")
+COLUMNS_TYPE = "application/vnd.tmsgate.records"
+COLUMNS_BODY = {
+    "schema": {"type": "string", "format": "binary"},
+    "description": "record columns (docs/http-api.md, Bulk reads and writes)",
+}
 # What Python's str.strip() removes, which the store does around a ttl.
 _SPACE = (
     "[\\t\\n\\u000b\\u000c\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680\\u2000-\\u200a"
@@ -182,7 +188,63 @@ SCHEMAS: dict[str, Schema] = {
                 "exclusiveMinimum": True,
                 "maximum": 86400,
                 "description": "default 30 (also when null or absent)",
+            },
+            "key": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 255,
+                "pattern": "^[ -~]+$",
+                "description": "a keyed transaction: every start with the key answers the "
+                "same transaction while it is in progress, and its final state once it "
+                "committed; after an abort or a timeout the key starts a new one",
+            },
+        },
+    },
+    "StoreReceipt": {
+        "type": "object",
+        "required": list(_RECEIPT_FIELDS),
+        "properties": {name: {"type": "integer", "minimum": 0} for name in _RECEIPT_FIELDS},
+    },
+    "Commit": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "publish": {
+                "type": "array",
+                "description": "publish only these stores' rows, per topic, then commit",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["topic", "stored"],
+                    "properties": {
+                        "namespace": {"type": "string", "pattern": NAME_PATTERN},
+                        "topic": {"type": "string", "pattern": NAME_PATTERN},
+                        "stored": {"type": "array", "items": ref("StoreReceipt")},
+                    },
+                },
             }
+        },
+    },
+    "ReadQuery": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["offset"],
+        "properties": {
+            "offset": {**LONG, "minimum": 0},
+            "endOffset": {**LONG, "minimum": 0, "description": "exclusive"},
+            "maxRecords": {"type": "integer", "minimum": 1, "maximum": 100000},
+            "maxBytes": {"type": "integer", "minimum": 1, "maximum": 1 << 30},
+            "isolation": {"type": "string", "enum": ["read_uncommitted", "read_committed"]},
+        },
+    },
+    "Offsets": {
+        "type": "object",
+        "required": ["earliest", "latest", "stable"],
+        "properties": {
+            "earliest": LONG,
+            "latest": LONG,
+            "stable": LONG,
+            "forTimestamp": nullable(LONG),
         },
     },
     "Transaction": {
@@ -367,9 +429,64 @@ def paths() -> dict[str, Any]:
             "parameters": [NAMESPACE, TOPIC],
             "post": op(
                 "store",
-                "Store messages under a transaction (PayloadTable) for a later publish",
-                {**EMPTY_OK, **errors(400, 404, 409, 413, 415, 503, 507)},
-                requestBody=both_bodies("PublishRequest"),
+                "Store messages under a transaction (PayloadTable) for a later publish; "
+                "record columns with the header X-Transaction-Write-Pointer keep keys, "
+                "headers and timestamps",
+                {
+                    "200": {
+                        "description": "The receipt: a PublishResponse of the rows stored "
+                        "(JSON for record columns), for a commit's manifest",
+                    },
+                    **errors(400, 404, 409, 413, 415, 503, 507),
+                },
+                requestBody={
+                    "required": True,
+                    "content": {
+                        **both_bodies("PublishRequest")["content"],
+                        COLUMNS_TYPE: COLUMNS_BODY,
+                    },
+                },
+            ),
+        },
+        topic + "/offsets": {
+            "parameters": [
+                NAMESPACE,
+                TOPIC,
+                {
+                    "name": "timestamp",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "integer", "minimum": 0},
+                    "description": "also answer the first offset with a timestamp >= this",
+                },
+            ],
+            "get": op(
+                "offsets",
+                "Earliest, latest and last stable offsets (and one for a time)",
+                {**json_ok("Offsets"), **errors(400, 404, 503)},
+            ),
+        },
+        topic + "/read": {
+            "parameters": [NAMESPACE, TOPIC],
+            "post": op(
+                "read",
+                "Read records by offset, with keys, headers, timestamps, message ids and "
+                "write pointers, as record columns",
+                {
+                    "200": {
+                        "description": "record columns",
+                        "content": {COLUMNS_TYPE: COLUMNS_BODY},
+                    },
+                    "416": {
+                        "description": "the offset is outside [earliest, latest]",
+                        "content": {JSON_TYPE: {"schema": ref("Error")}},
+                    },
+                    **errors(400, 404, 413, 415, 503),
+                },
+                requestBody={
+                    "required": True,
+                    "content": {JSON_TYPE: {"schema": ref("ReadQuery")}},
+                },
             ),
         },
         topic + "/rollback": {
@@ -448,6 +565,16 @@ def paths() -> dict[str, Any]:
                 {**json_ok("TransactionState"), **errors(400)},
             ),
         },
+        tx + "/{wp}/commit": {
+            "parameters": [WRITE_POINTER],
+            "post": op(
+                "commitTransaction",
+                "Commit an in-progress transaction; with a manifest, publish only the "
+                "listed stores' rows first (recorded, replayed after a crash)",
+                {**json_ok("TransactionState"), **errors(400, 404, 409, 413, 415, 503)},
+                requestBody={"required": False, "content": {JSON_TYPE: {"schema": ref("Commit")}}},
+            ),
+        },
         **{
             f"{tx}/{{wp}}/{action}": {
                 "parameters": [WRITE_POINTER],
@@ -457,7 +584,7 @@ def paths() -> dict[str, Any]:
                     {**json_ok("TransactionState"), **errors(400, 409, 503)},
                 ),
             }
-            for action in ("commit", "abort", "invalidate")
+            for action in ("abort", "invalidate")
         },
         "/healthz": {"get": op("healthz", "200 while the process serves", json_ok("Status"))},
         "/readyz": {

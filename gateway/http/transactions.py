@@ -13,18 +13,20 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 from tmsgate.gateway.errors import BadRequest
-from tmsgate.gateway.transactions import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
+from tmsgate.gateway.transactions import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, Manifest
 from tmsgate.protocol.tms_http import AVRO_CONTENT_TYPE, media_type
-from tmsgate.storage import Transaction
+from tmsgate.storage import StoredRange, TopicId, Transaction
 
 from .config import HttpConfig
-from .errors import json_response, read_json_object, write_pointer_of
+from .errors import json_response, read_json_object, topic_id, write_pointer_of
 
 if TYPE_CHECKING:
     from tmsgate.gateway.services import Services
 
 BASE = "/v1/transactions"
-_MAX_START_BODY = 4096  # {"timeoutSeconds": N}
+_MAX_START_BODY = 4096  # {"timeoutSeconds": N, "key": K}
+_MAX_SEQ = 0xFFFF
+_RANGE_FIELDS = ("startTimestamp", "startSequenceId", "endTimestamp", "endSequenceId")
 
 
 def wants_avro(request: Request) -> bool:
@@ -34,9 +36,9 @@ def wants_avro(request: Request) -> bool:
 
 
 def timeout_of(doc: dict[str, Any]) -> float:
-    unknown = sorted(set(doc) - {"timeoutSeconds"})
+    unknown = sorted(set(doc) - {"timeoutSeconds", "key"})
     if unknown:
-        raise BadRequest(f"unknown field {unknown[0]!r}; the only field is 'timeoutSeconds'")
+        raise BadRequest(f"unknown field {unknown[0]!r}; the fields are 'timeoutSeconds', 'key'")
     value = doc.get("timeoutSeconds")
     if value is None:
         return DEFAULT_TIMEOUT_S
@@ -60,15 +62,35 @@ class TransactionHandlers:
 
     def __init__(self, services: Services, config: HttpConfig) -> None:
         self.tx = services.transactions
+        self.max_body = config.max_body_bytes
 
     async def start_transaction(self, request: Request) -> Response:
-        timeout = timeout_of(await read_json_object(request, _MAX_START_BODY, required=False))
-        return self._answer(request, await self.tx.start(timeout), timeout)
+        doc = await read_json_object(request, _MAX_START_BODY, required=False)
+        timeout = timeout_of(doc)
+        key = doc.get("key")
+        if key is None:
+            return self._answer(request, await self.tx.start(timeout), timeout)
+        if not isinstance(key, str):
+            raise BadRequest(f"key: expected a string, got {key!r}"[:200])
+        try:
+            keyed = await self.tx.start_keyed(key, timeout)
+        except ValueError as exc:
+            raise BadRequest(f"key: {exc}") from None
+        extra = {"key": key, "state": keyed.state}
+        if keyed.tx is None:  # committed: the key's final state
+            return json_response({"writePointer": keyed.write_pointer, **extra})
+        return self._answer(request, keyed.tx, timeout, extra)
 
     async def snapshot(self, request: Request) -> Response:
         return self._answer(request, await self.tx.snapshot(), None)
 
-    def _answer(self, request: Request, tx: Transaction, timeout: float | None) -> Response:
+    def _answer(
+        self,
+        request: Request,
+        tx: Transaction,
+        timeout: float | None,
+        extra: dict[str, Any] | None = None,
+    ) -> Response:
         encoded = self.tx.encode(tx)
         if wants_avro(request):
             return Response(encoded, media_type=AVRO_CONTENT_TYPE)
@@ -80,6 +102,7 @@ class TransactionHandlers:
                 "invalid": sorted(tx.invalid),
                 "timeoutSeconds": timeout,  # null for a snapshot: it never times out
                 "encoded": encoded.decode("latin-1"),
+                **(extra or {}),
             }
         )
 
@@ -98,7 +121,11 @@ class TransactionHandlers:
 
     async def commit(self, request: Request) -> Response:
         wp = write_pointer_of(request.path_params["wp"])
-        await self.tx.commit(wp)
+        doc = await read_json_object(request, self.max_body, required=False)
+        if not doc:
+            await self.tx.commit(wp)
+        else:
+            await self.tx.commit_publishing(wp, manifest_of(wp, doc))
         return json_response({"writePointer": wp, "state": "committed"})
 
     async def abort(self, request: Request) -> Response:
@@ -110,3 +137,54 @@ class TransactionHandlers:
         wp = write_pointer_of(request.path_params["wp"])
         await self.tx.invalidate(wp)
         return json_response({"writePointer": wp, "state": "invalid"})
+
+
+def manifest_of(wp: int, doc: dict[str, Any]) -> Manifest:
+    """A commit's ``{"publish": [{"namespace", "topic", "stored": [receipt, ...]}, ...]}``."""
+    unknown = sorted(set(doc) - {"publish"})
+    if unknown:
+        raise BadRequest(f"unknown field {unknown[0]!r}; the only field is 'publish'")
+    entries = doc.get("publish")
+    if not isinstance(entries, list):
+        raise BadRequest("publish: expected a list of {namespace, topic, stored}")
+    manifest: list[tuple[TopicId, list[StoredRange]]] = []
+    for i, entry in enumerate(entries):
+        where = f"publish[{i}]"
+        if not isinstance(entry, dict) or set(entry) - {"namespace", "topic", "stored"}:
+            raise BadRequest(f"{where}: expected an object of namespace, topic, stored")
+        namespace = entry.get("namespace", "default")
+        name = entry.get("topic")
+        if not isinstance(namespace, str) or not isinstance(name, str):
+            raise BadRequest(f"{where}: namespace and topic are strings")
+        stored = entry.get("stored")
+        if not isinstance(stored, list):
+            raise BadRequest(f"{where}.stored: expected a list of store receipts")
+        manifest.append(
+            (
+                topic_id(namespace, name),
+                [_range(wp, r, f"{where}.stored[{j}]") for j, r in enumerate(stored)],
+            )
+        )
+    return manifest
+
+
+def _range(wp: int, receipt: Any, where: str) -> StoredRange:
+    """A store receipt's rows: one store() counts its rows through its sequence ids, moving
+    to the next write time after 65535, so the count follows from the two ends."""
+    if not isinstance(receipt, dict):
+        raise BadRequest(f"{where}: expected a store receipt object")
+    values = []
+    for name in _RANGE_FIELDS:
+        value = receipt.get(name)
+        if isinstance(value, dict) and set(value) == {"long"}:  # Avro JSON's union form
+            value = value["long"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadRequest(f"{where}.{name}: expected an integer >= 0")
+        values.append(value)
+    start_ts, start_seq, end_ts, end_seq = values
+    if start_seq > _MAX_SEQ or end_seq > _MAX_SEQ:
+        raise BadRequest(f"{where}: sequence ids are 0-{_MAX_SEQ}")
+    count = (end_ts - start_ts) * (_MAX_SEQ + 1) + end_seq - start_seq + 1
+    if count < 1:
+        raise BadRequest(f"{where}: its end comes before its start")
+    return StoredRange(wp, start_ts, start_seq, end_ts, end_seq, count)

@@ -112,6 +112,9 @@ class Broker:
         self.notifier = PublishNotifier()
         self.advertised_host = config.advertised_host or config.host
         self.advertised_port = config.advertised_port or config.port
+        # The HTTP API's base URL, told to clients as the broker config tmsgate.http.url
+        # (the Spark data source finds the HTTP API from a Kafka bootstrap with it).
+        self.http_url: str | None = None
         self.closing = False
         # Built last: they reach the store and executor through the broker.
         self.groups = GroupCoordinator(self, config.groups or from_env())

@@ -99,7 +99,11 @@ async def _topic(ctx: RequestContext, req: Any, res: Any) -> Any:
 
 def _broker_configs(ctx: RequestContext) -> dict[str, tuple[str, int]]:
     c = ctx.broker.config
+    extra = {}
+    if ctx.broker.http_url is not None:  # tmsgate's own: where its HTTP API listens
+        extra["tmsgate.http.url"] = (ctx.broker.http_url, 2)
     return {
+        **extra,
         "auto.create.topics.enable": (str(c.auto_create_topics).lower(), 1),
         "message.max.bytes": (str(c.default_max_message_bytes), 3),
         "socket.request.max.bytes": (str(c.max_request_bytes), 3),

@@ -1,0 +1,181 @@
+"""Bulk reads and writes by offset, with Kafka's columns (key, value, headers, timestamp,
+offset) and the TMS ones (message id, write pointer): what the Spark data source reads and
+writes (docs/spark.md). Bodies are record columns (tmsgate.protocol.columns): a reader
+makes Arrow arrays of them without a loop per record.
+
+    GET  .../topics/{topic}/offsets[?timestamp=MS]  earliest, latest, stable, forTimestamp
+    POST .../topics/{topic}/read                    JSON query -> record columns
+    POST .../topics/{topic}/store                   record columns -> a store receipt
+                                                    (with X-Transaction-Write-Pointer)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from tmsgate.gateway.errors import BadRequest
+from tmsgate.gateway.kafka.config import TIMESTAMP_TYPE
+from tmsgate.gateway.offsets import lookup
+from tmsgate.protocol import InvalidRecords, MalformedMeta, decode_meta, encode_meta
+from tmsgate.protocol.columns import (
+    MEDIA_TYPE,
+    MalformedColumns,
+    RecordColumns,
+    decode_columns,
+    encode_columns,
+)
+from tmsgate.storage import Message, ReadResult, StoredRange, TopicId
+
+from .config import HttpConfig
+from .errors import json_response, read_body, read_json_object, topic_id, write_pointer_of
+
+if TYPE_CHECKING:
+    from tmsgate.gateway.services import Services
+
+BASE = "/v1/namespaces/{namespace}/topics/{topic}"
+WRITE_POINTER_HEADER = "x-transaction-write-pointer"
+DEFAULT_MAX_RECORDS = 10_000
+MAX_RECORDS = 100_000
+DEFAULT_MAX_BYTES = 8 << 20
+ISOLATIONS = ("read_uncommitted", "read_committed")
+_QUERY_FIELDS = {"offset", "endOffset", "maxRecords", "maxBytes", "isolation"}
+_MAX_QUERY_BODY = 4096
+
+
+def _int_field(doc: dict[str, Any], name: str, default: int | None, low: int, high: int) -> int:
+    value = doc.get(name, default)
+    if value is None:
+        raise BadRequest(f"{name} is required")
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise BadRequest(f"{name}: expected an integer in [{low}, {high}], got {value!r}"[:200])
+    return value
+
+
+def columns_of(messages: list[Message], next_offset: int, log_append_time: bool) -> bytes:
+    """The record-columns body of what the store read (hot path: one pass per record)."""
+    cols = RecordColumns(next_offset=next_offset, log_append_time=log_append_time)
+    offsets, stamps, pointers = cols.offsets, cols.timestamps, cols.write_pointers
+    ids, keys, values, headers = cols.ids, cols.keys, cols.values, cols.headers
+    for msg in messages:
+        try:
+            key, hs, ts = decode_meta(msg.meta)
+        except MalformedMeta:
+            key, hs, ts = None, [], None  # served without it, as the Kafka fetch does
+        offsets.append(msg.offset)
+        stamps.append(msg.publish_ts if log_append_time or ts is None else ts)
+        pointers.append(msg.write_pointer or 0)
+        ids.append(bytes(msg.id))
+        keys.append(key)
+        values.append(msg.payload)
+        headers.append(hs)
+    return encode_columns(cols)
+
+
+class RecordHandlers:
+    ROUTES = (
+        ("GET", BASE + "/offsets", "offsets"),
+        ("POST", BASE + "/read", "read"),
+    )
+
+    def __init__(self, services: Services, config: HttpConfig) -> None:
+        self.services = services
+        self._store = services.store
+        self.max_body = config.max_body_bytes
+
+    def _log_append_time(self, tid: TopicId) -> bool:
+        return self._store.get_topic(tid).properties.get(TIMESTAMP_TYPE) == "LogAppendTime"
+
+    async def offsets(self, request: Request) -> Response:
+        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        raw_ts = request.query_params.get("timestamp")
+        if raw_ts is not None and not (raw_ts.isascii() and raw_ts.isdigit() and len(raw_ts) < 19):
+            raise BadRequest(f"timestamp: expected epoch milliseconds >= 0, got {raw_ts[:40]!r}")
+        store = self._store
+        log_append = await self.services.run(self._log_append_time, tid)
+        earliest, latest = await self.services.run(store.offsets, tid)
+        stable = min(await self.services.run(store.last_stable_offset, tid), latest)
+        doc: dict[str, Any] = {"earliest": earliest, "latest": latest, "stable": stable}
+        if raw_ts is not None:
+            offset, _ = await self.services.run(lookup, store, tid, log_append, int(raw_ts), False)
+            doc["forTimestamp"] = None if offset < 0 else offset
+        return json_response(doc)
+
+    async def read(self, request: Request) -> Response:
+        tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
+        doc = await read_json_object(request, _MAX_QUERY_BODY, required=True)
+        unknown = sorted(set(doc) - _QUERY_FIELDS)
+        if unknown:
+            raise BadRequest(f"unknown field {unknown[0]!r}; fields: {sorted(_QUERY_FIELDS)}")
+        offset = _int_field(doc, "offset", None, 0, 2**63 - 1)
+        end = _int_field(doc, "endOffset", 2**63 - 1, 0, 2**63 - 1)
+        limit = _int_field(doc, "maxRecords", DEFAULT_MAX_RECORDS, 1, MAX_RECORDS)
+        max_bytes = _int_field(doc, "maxBytes", DEFAULT_MAX_BYTES, 1, 1 << 30)
+        isolation = doc.get("isolation", "read_uncommitted")
+        if isolation not in ISOLATIONS:
+            wanted = list(ISOLATIONS)
+            raise BadRequest(f"isolation: expected one of {wanted}, got {isolation!r}"[:200])
+        tx = None
+        if isolation == "read_committed":
+            tx = await self.services.transactions.snapshot()
+        body = await self.services.run(self._read_blocking, tid, offset, end, limit, max_bytes, tx)
+        return Response(body, media_type=MEDIA_TYPE)
+
+    def _read_blocking(
+        self, tid: TopicId, offset: int, end: int, limit: int, max_bytes: int, tx: Any
+    ) -> bytes:
+        log_append = self._log_append_time(tid)
+        if offset >= end:
+            return columns_of([], offset, log_append)
+        res: ReadResult = self._store.read(
+            tid, offset=offset, max_messages=limit, max_bytes=max_bytes, tx=tx
+        )
+        messages, nxt = res.messages, res.next_offset
+        if nxt > end:
+            messages = [m for m in messages if m.offset < end]
+            nxt = end
+        return columns_of(messages, nxt, log_append)
+
+
+async def store_columns(
+    services: Services, request: Request, tid: TopicId, max_body: int
+) -> Response:
+    """``POST .../store`` with a record-columns body (MessageHandlers.store hands it over
+    by Content-Type): the records' values, keys, headers and timestamps go to the
+    PayloadTable under the header's write pointer; -> the store receipt (JSON)."""
+    raw_wp = request.headers.get(WRITE_POINTER_HEADER)
+    if raw_wp is None:
+        raise BadRequest(f"a record-columns store needs the header {WRITE_POINTER_HEADER}")
+    wp = write_pointer_of(raw_wp)
+    body = await read_body(request, max_body)
+    items = await services.compute(_items_of, body)
+    if not items:
+        raise BadRequest("store needs at least one record")
+    stored = await services.wait(services.store.store_async(tid, items, wp))
+    return json_response(receipt_json(stored))
+
+
+def _items_of(body: bytes) -> list[tuple[bytes | None, bytes | None, None]]:
+    try:
+        cols = decode_columns(body)
+        return [
+            (value, encode_meta(key, hs, ts if ts >= 0 else None), None)
+            for value, key, hs, ts in zip(
+                cols.values, cols.keys, cols.headers, cols.timestamps, strict=True
+            )
+        ]
+    except (MalformedColumns, InvalidRecords) as exc:
+        raise BadRequest(f"record columns: {exc}") from None
+
+
+def receipt_json(stored: StoredRange) -> dict[str, int]:
+    """A store receipt: the PublishResponse fields of the PayloadTable rows written."""
+    return {
+        "transactionWritePointer": stored.write_pointer,
+        "startTimestamp": stored.start_ts,
+        "startSequenceId": stored.start_seq,
+        "endTimestamp": stored.end_ts,
+        "endSequenceId": stored.end_seq,
+        "count": stored.count,
+    }
