@@ -6,6 +6,10 @@ and wait for ever, after logging ``fault: commit paused before <step>``. The tes
 kills the process with SIGKILL: a real kill -9 between two durable steps. Unset (always,
 outside tests), nothing is installed and commits run straight through.
 
+``TMSGATE_FAULT_TX_COMMIT_PAUSE=<step>`` does the same for commits with a manifest
+(gateway/transactions.py: record, publish, commit, forget; ``publish`` pauses after the
+first topic's reference, with the others not yet written).
+
 ``TMSGATE_FAULT_TOPIC_PAUSE=<step>`` does the same between the writes of a Kafka topic
 change that spans partitions (storage/partitions.py: create.head, grow.count,
 update.rest, delete.rest), blocking the executor thread making the change.
@@ -25,10 +29,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("tmsgate.faults")
 TXN_PAUSE = "TMSGATE_FAULT_TXN_PAUSE"
 TOPIC_PAUSE = "TMSGATE_FAULT_TOPIC_PAUSE"
+TX_COMMIT_PAUSE = "TMSGATE_FAULT_TX_COMMIT_PAUSE"
 
 
 def install_from_env(services: Services) -> None:
     _topic_pause(services)
+    _tx_commit_pause(services)
     step = os.environ.get(TXN_PAUSE)
     if not step:
         return
@@ -54,3 +60,17 @@ def _topic_pause(services: Services) -> None:
             threading.Event().wait()  # until the process is killed
 
     services.broker.topics.between_steps = between_steps
+
+
+def _tx_commit_pause(services: Services) -> None:
+    step = os.environ.get(TX_COMMIT_PAUSE)
+    if not step:
+        return
+    log.warning("fault point armed: commits with a manifest pause before step %r", step)
+
+    async def before_step(name: str) -> None:
+        if name == step:
+            log.warning("fault: manifest commit paused before %s", name)
+            await asyncio.Event().wait()  # until the process is killed
+
+    services.transactions.before_step = before_step

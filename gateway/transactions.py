@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -94,6 +94,7 @@ class TransactionService:
         self._kafka_owner = kafka_owner
         self._key_lock = asyncio.Lock()  # one transaction per key, whoever asks first
         self._next_key_sweep_ms = 0
+        self.before_step: Callable[[str], Awaitable[None]] | None = None  # fault points
         self._open = Gauge(
             "tmsgate_transactions_open",
             "Transactions in progress (started, not yet committed, aborted or timed out)",
@@ -164,20 +165,29 @@ class TransactionService:
             ],
         }
         key = f"{wp:020d}"
+        await self._step("record")
         await asyncio.wrap_future(
             self._store.put_states_async({(COMMIT_AREA, key): json.dumps(record).encode()})
         )  # 2
         await self._apply(wp, manifest, key)
         self._ended.labels("committed").inc()
 
+    async def _step(self, name: str) -> None:
+        if self.before_step is not None:
+            await self.before_step(name)
+
     async def _apply(self, wp: int, manifest: Manifest, key: str) -> None:
-        for topic, ranges in manifest:  # 3
+        for i, (topic, ranges) in enumerate(manifest):  # 3
             await asyncio.wrap_future(self._store.publish_kept_async(topic, wp, ranges))
+            if i == 0:
+                await self._step("publish")  # one topic's reference written, others not
+        await self._step("commit")
         try:
             await asyncio.wrap_future(self._manager.commit_async(wp))  # 4
         except TransactionNotInProgress as exc:
             if exc.state != COMMITTED:  # committed: a replay after step 4
                 raise
+        await self._step("forget")
         await asyncio.wrap_future(self._store.put_states_async({(COMMIT_AREA, key): None}))  # 5
 
     async def recover(self) -> None:
