@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from tmsgate.gateway import groups_cli, inspect_cli
-from tmsgate.pipelines import migrate
+from tmsgate.pipelines import migrate, pipeline_cli
 
 DEFAULT_STORE = "leveldb://./data"
 DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect_cli.add_commands(sub)
     groups_cli.add_commands(sub)
     migrate.add_commands(sub)
+    pipeline_cli.add_commands(sub)
     return parser
 
 
@@ -299,6 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return groups_cli.run(args)
     if args.command == "migrate":
         return migrate.run(args)
+    if args.command == "pipeline":
+        return pipeline_cli.run(args)
     return inspect_cli.run(args)
 
 

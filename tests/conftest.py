@@ -62,3 +62,14 @@ def topic(store: Store) -> TopicId:
     t = TopicId("default", "events")
     store.create_topic(t)
     return t
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local[2] SparkSession for every Spark test (it takes seconds to start), with the
+    tms data source registered. Spark's Python workers run this interpreter."""
+    from tmsgate.pipelines.examples.session import local_session
+
+    session = local_session("tmsgate-tests")
+    yield session
+    session.stop()

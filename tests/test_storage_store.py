@@ -1181,9 +1181,7 @@ def test_earliest_offset_follows_the_ttl_both_ways(store: Store, topic: TopicId,
     assert [m.payload for m in store.read(topic, offset=0).messages] == [b"old", b"new"]
 
 
-def test_log_start_moves_in_steps_so_a_named_offset_stays_fetchable(
-    store: Store, clock
-) -> None:
+def test_log_start_moves_in_steps_so_a_named_offset_stays_fetchable(store: Store, clock) -> None:
     """Regression (issue: librdkafka stalled for ever on short-retention topics). The
     earliest offset followed the TTL floor message by message, so at 500 msg/s the offset
     ListOffsets(earliest) named was out of range 2 ms later. It now moves in steps of a
