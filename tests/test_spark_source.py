@@ -212,3 +212,17 @@ def test_bad_options_fail_before_any_task(spark, gw, http, options, words) -> No
         reader.load().collect()
     assert words in str(err.value)
     assert len(tracker.getJobIdsForGroup()) == jobs_before  # refused on the driver
+
+
+def test_writing_to_a_missing_topic_fails_before_any_task(spark, gw) -> None:
+    tracker = spark.sparkContext.statusTracker()
+    jobs_before = len(tracker.getJobIdsForGroup())
+    df = spark.createDataFrame([("v",)], "value string")
+    writer = df.write.format("tms").option("url", gw.http_url)
+    with pytest.raises(Exception) as err:
+        writer.option("topic", "not-made").mode("append").save()
+    assert "'not-made' does not exist" in str(err.value)
+    with pytest.raises(Exception) as err:
+        writer.option("topic", "not-made").mode("overwrite").save()
+    assert "overwrite" in str(err.value)
+    assert len(tracker.getJobIdsForGroup()) == jobs_before

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .session import local_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,22 +24,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default="./orders.parquet")
     p.add_argument("--min-partitions", type=int, default=2, help="Spark tasks to read with")
     args = p.parse_args(argv)
-
     spark = local_session("export-parquet")
+    try:
+        rows = export(spark, args.url, args.topic, args.out, args.min_partitions)
+    finally:
+        spark.stop()
+    print(f"{rows} records of {args.topic} written to {args.out}")
+    return 0
+
+
+def export(spark: SparkSession, url: str, topic: str, out: str, min_partitions: int) -> int:
+    """Write ``topic`` to Parquet at ``out``; -> the rows written."""
     df = (
         spark.read.format("tms")
-        .option("url", args.url)
-        .option("subscribe", args.topic)
+        .option("url", url)
+        .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")
-        .option("minPartitions", str(args.min_partitions))
+        .option("minPartitions", str(min_partitions))
         .load()
     )
-    df.write.mode("overwrite").parquet(args.out)
-    rows = spark.read.parquet(args.out).count()
-    print(f"{rows} records of {args.topic} written to {args.out}")
-    spark.stop()
-    return 0
+    df.write.mode("overwrite").parquet(out)
+    return int(spark.read.parquet(out).count())
 
 
 if __name__ == "__main__":

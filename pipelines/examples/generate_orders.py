@@ -34,18 +34,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=1)
     p.add_argument("--count", type=int, default=10_000)
     p.add_argument("--rate", type=float, default=0, help="orders per second (0: as fast as it can)")
+    p.add_argument(
+        "--spacing-ms",
+        type=int,
+        default=0,
+        help="event time: orders this many ms apart from now (0: each order's send time)",
+    )
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
     ensure_topic(args.bootstrap, args.topic, args.partitions)
     rng = random.Random(args.seed)
     producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 20, "acks": "all"})
     started = time.monotonic()
+    first_ms = int(time.time() * 1000)
     with Progress() as progress:
         task = progress.add_task(f"orders -> {args.topic}", total=args.count)
         for i in range(args.count):
             customer = rng.choice(CUSTOMERS)
             order = {"order": i, "customer": customer, "amount": rng.randint(100, 50_000)}
-            order["ts"] = int(time.time() * 1000)
+            order["ts"] = (
+                first_ms + i * args.spacing_ms if args.spacing_ms else int(time.time() * 1000)
+            )
             producer.produce(args.topic, json.dumps(order).encode(), key=customer.encode())
             producer.poll(0)
             if i % 1000 == 999:

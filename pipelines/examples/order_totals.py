@@ -6,14 +6,19 @@ as one TMS transaction; a restarted query resumes from its checkpoint).
         --checkpoint ./checkpoints/order-totals [--once]
 
 Each output record: key = customer, value = JSON {"customer", "window_start", "orders",
-"amount"}; the update output mode writes a window's new totals whenever they change, so
-the latest record per (customer, window) is the current total.
+"amount"}, written once per (customer, window) when the watermark (the latest order time
+seen, less ``--watermark``) passes the window's end: append mode, because PySpark 4.0's
+Python data sources refuse Spark's update mode. Orders later than the watermark are dropped,
+as Spark does.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
+
+from tmsgate.pipelines.spark.gateway import Gateway
 
 from .session import local_session
 
@@ -26,12 +31,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--checkpoint", default="./checkpoints/order-totals")
     p.add_argument("--trigger-seconds", type=float, default=5.0)
     p.add_argument("--max-offsets", type=int, default=50_000, help="maxOffsetsPerTrigger")
+    p.add_argument("--watermark", default="1 minute", help="how late an order may arrive")
     p.add_argument("--once", action="store_true", help="process what is there, then stop")
     args = p.parse_args(argv)
 
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+    gateway = Gateway(args.url)
+    try:
+        gateway.ensure_topic(args.sink)
+    finally:
+        gateway.close()
     spark = local_session("order-totals")
     order = StructType(
         [
@@ -53,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         .withColumn("event_time", F.timestamp_millis("ts"))
     )
     totals = (
-        orders.withWatermark("event_time", "2 minutes")
+        orders.withWatermark("event_time", args.watermark)
         .groupBy(F.window("event_time", "1 minute"), "customer")
         .agg(F.count("*").alias("orders"), F.sum("amount").alias("amount"))
         .select(
@@ -73,18 +84,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         .option("url", args.url)
         .option("topic", args.sink)
         .option("checkpointLocation", args.checkpoint)
-        .outputMode("update")
+        .outputMode("append")
     )
-    writer = (
-        writer.trigger(availableNow=True)
-        if args.once
-        else writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
-    )
-    query = writer.start()
+    # --once: process what is there in maxOffsetsPerTrigger-sized batches, then stop. Not
+    # availableNow: PySpark 4.0's Python sources take one target for it (docs/spark.md).
+    seconds = 0.2 if args.once else args.trigger_seconds
+    query = writer.trigger(processingTime=f"{seconds} seconds").start()
     try:
-        query.awaitTermination()
+        if args.once:
+            query.processAllAvailable()
+            query.stop()
+        else:
+            query.awaitTermination()
     except KeyboardInterrupt:
         query.stop()
+    if query.exception() is not None:
+        print(f"order-totals failed: {query.exception()}", file=sys.stderr)
+        return 1
     spark.stop()
     return 0
 

@@ -78,7 +78,9 @@ def to_record_batch(body: bytes, topic: str, partition: int) -> tuple[pa.RecordB
     keys = r.binary(n, "keys")
     values = r.binary(n, "values")
     counts = r.ints("<i4", n, "header counts")
-    total = int(counts.sum())
+    if (counts < 0).any():
+        raise MalformedColumns("header counts: a count is negative")
+    total = int(counts.sum(dtype=np.int64))
     names = r.binary(total, "header names", string=True)
     hvalues = r.binary(total, "header values")
     list_offsets = np.zeros(n + 1, dtype=np.int32)
@@ -100,4 +102,11 @@ def to_record_batch(body: bytes, topic: str, partition: int) -> tuple[pa.RecordB
         ids,
         pa.array(pointers, mask=pointers == 0),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA), next_offset
+    if r.pos != r.buf.size:
+        raise MalformedColumns(f"{r.buf.size - r.pos} bytes follow the last column")
+    batch = pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+    try:  # lengths that overflow, header names that are not UTF-8: refused here, not in Spark
+        batch.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise MalformedColumns(f"the columns do not hold together: {exc}") from None
+    return batch, next_offset

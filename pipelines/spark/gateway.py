@@ -73,6 +73,12 @@ class Gateway:
             counts[base] = max(counts.get(base, 0), p + 1)
         return counts
 
+    def ensure_topic(self, topic: str) -> None:
+        """Create ``topic`` (one partition) unless it exists."""
+        resp = self.http.put(self._topic(topic))
+        if resp.status_code != 409:  # 409: it exists
+            self._check(resp)
+
     def matching(self, subscribe: list[str] | None, pattern: str | None) -> dict[str, int]:
         known = self.partitions()
         if pattern is not None:

@@ -368,17 +368,22 @@ class TmsDataSource(DataSource):
         return StreamReader(self._options())
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        if overwrite:  # as Spark's Kafka sink: a topic is a log, nothing in it is replaced
+            raise ValueError('save mode "overwrite" is not allowed for tms: use "append"')
         o = self._options()
-        _check_write_schema(schema, o)
+        _check_write_target(schema, o)
         return BatchWriter(o)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         o = self._options()
-        _check_write_schema(schema, o)
+        _check_write_target(schema, o)
         return StreamWriter(o)
 
 
-def _check_write_schema(schema: StructType, o: opt.SourceOptions) -> None:
+def _check_write_target(schema: StructType, o: opt.SourceOptions) -> None:
+    """On the driver, before any task: the columns, and the topic option's topic. (Topics
+    named row by row in a topic column are checked by the tasks.) The sink does not create
+    topics: the HTTP API never does, unlike a Kafka broker with auto-create on."""
     names = set(schema.fieldNames())
     if "value" not in names:
         raise ValueError("the rows to write need a value column (binary or string)")
@@ -390,3 +395,14 @@ def _check_write_schema(schema: StructType, o: opt.SourceOptions) -> None:
             f"columns {sorted(unknown)} cannot be written: only key, value, headers, topic "
             "and partition (as Spark's Kafka sink)"
         )
+    if o.topic:
+        gw = Gateway(_url(o), o.namespace)
+        try:
+            known = gw.partitions()
+        finally:
+            gw.close()
+        if o.topic not in known:
+            raise ValueError(
+                f"topic: {o.topic!r} does not exist in namespace {o.namespace!r}; create it "
+                "first (kafka-topics.sh --create, or PUT /v1/namespaces/NS/topics/NAME)"
+            )
