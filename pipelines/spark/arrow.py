@@ -63,6 +63,13 @@ class _Reader:
         )
 
 
+def next_offset_of(body: bytes) -> int:
+    """The next offset a read body names (its head only)."""
+    if len(body) < HEAD.size:
+        raise MalformedColumns("header: the body is cut short")
+    return int(HEAD.unpack_from(body)[5])
+
+
 def to_record_batch(body: bytes, topic: str, partition: int) -> tuple[pa.RecordBatch, int]:
     """-> (the batch in SCHEMA, the body's next offset)."""
     r = _Reader(body)

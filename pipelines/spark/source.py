@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from . import options as opt
-from .arrow import SPARK_SCHEMA, to_record_batch
+from .arrow import SPARK_SCHEMA, next_offset_of, to_record_batch
 from .gateway import Gateway, GatewayError, find_http_url, tms_topic
 from .writing import bodies
 
@@ -112,13 +113,21 @@ def split(ranges: Ranges, min_partitions: int | None) -> Ranges:
 
 # --- reading (tasks) ---------------------------------------------------------------------
 def read_range(o: opt.SourceOptions, url: str, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The range's records, one Arrow batch per HTTP read. The next read is in flight while
+    Spark takes the current batch (the gateway's read and Spark's intake overlap)."""
     gw = Gateway(url, o.namespace)
     name = tms_topic(r.topic, r.partition)
+    ahead = ThreadPoolExecutor(1, thread_name_prefix="tms-read-ahead")
+
+    def fetch(offset: int) -> Future[bytes]:
+        return ahead.submit(gw.read, name, offset, r.end, o.isolation, o.max_records_per_read)
+
     offset = r.start
+    pending = fetch(offset)
     try:
-        while offset < r.end:
+        while True:
             try:
-                body = gw.read(name, offset, r.end, o.isolation, o.max_records_per_read)
+                body = pending.result()
             except GatewayError as exc:
                 if exc.kind != "offset_out_of_range" or offset >= exc.doc.get("earliest", 0):
                     raise
@@ -129,14 +138,20 @@ def read_range(o: opt.SourceOptions, url: str, r: OffsetRange) -> Iterator[pa.Re
                         "to false to read on from the earliest"
                     ) from None
                 offset = int(exc.doc["earliest"])
+                pending = fetch(offset)
                 continue
-            batch, nxt = to_record_batch(body, r.topic, r.partition)
+            nxt = next_offset_of(body)
+            more = offset < nxt < r.end  # else: done, or held by a transaction in progress
+            if more:
+                pending = fetch(nxt)
+            batch, _ = to_record_batch(body, r.topic, r.partition)
             if batch.num_rows:
                 yield batch
-            if nxt <= offset:
-                break  # nothing more now (held by a transaction in progress)
+            if not more:
+                break
             offset = nxt
     finally:
+        ahead.shutdown(wait=True, cancel_futures=True)
         gw.close()
 
 
