@@ -67,10 +67,10 @@ class TransactionHandlers:
     async def start_transaction(self, request: Request) -> Response:
         doc = await read_json_object(request, _MAX_START_BODY, required=False)
         timeout = timeout_of(doc)
-        key = doc.get("key")
-        if key is None:
+        if "key" not in doc:
             return self._answer(request, await self.tx.start(timeout), timeout)
-        if not isinstance(key, str):
+        key = doc["key"]
+        if not isinstance(key, str):  # null too: leave the field out for an unkeyed one
             raise BadRequest(f"key: expected a string, got {key!r}"[:200])
         try:
             keyed = await self.tx.start_keyed(key, timeout)
