@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tmsgate.gateway import groups_cli, inspect_cli
+from tmsgate.gateway import groups_cli, inspect_cli, users_cli
 from tmsgate.pipelines import migrate, pipeline_cli
 
 DEFAULT_STORE = "leveldb://./data"
@@ -66,6 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env("TMSGATE_KAFKA_ADVERTISED", None),
         help="host:port clients are told to connect to (default: the listen "
         "address) (env TMSGATE_KAFKA_ADVERTISED)",
+    )
+    s.add_argument(
+        "--kafka-security",
+        choices=("plaintext", "sasl_plaintext"),
+        default=_env("TMSGATE_KAFKA_SECURITY", "plaintext"),
+        help="the Kafka listener's security protocol; sasl_plaintext: clients log in as a "
+        "user of `tmsgate users` (env TMSGATE_KAFKA_SECURITY)",
+    )
+    s.add_argument(
+        "--sasl-mechanisms",
+        default=_env("TMSGATE_SASL_MECHANISMS", "SCRAM-SHA-256,SCRAM-SHA-512"),
+        help="Kafka's sasl.enabled.mechanisms, from PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+        "(env TMSGATE_SASL_MECHANISMS)",
     )
     s.add_argument(
         "--http-listen",
@@ -176,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups_cli.add_commands(sub)
     migrate.add_commands(sub)
     pipeline_cli.add_commands(sub)
+    users_cli.add_commands(sub)
     return parser
 
 
@@ -202,7 +216,24 @@ def _config(args: argparse.Namespace) -> object:
         janitor_interval_s=args.janitor_interval_s,
         disk_reserve_bytes=max(0, args.disk_reserve_mb) << 20,
         transaction_max_timeout_ms=args.transaction_max_timeout_ms,
+        security_protocol=args.kafka_security.upper(),
+        sasl_mechanisms=_sasl_mechanisms(args),
     )
+
+
+def _sasl_mechanisms(args: argparse.Namespace) -> tuple[str, ...]:
+    from tmsgate.gateway.sasl import ALL_MECHANISMS
+
+    if args.kafka_security != "sasl_plaintext":
+        return ()
+    names = tuple(m.strip().upper() for m in args.sasl_mechanisms.split(",") if m.strip())
+    unknown = [m for m in names if m not in ALL_MECHANISMS]
+    if unknown or not names:
+        raise SystemExit(
+            f"--sasl-mechanisms: {', '.join(unknown) or 'none given'}; "
+            f"expected some of {', '.join(ALL_MECHANISMS)}"
+        )
+    return names
 
 
 def _run(coro: object) -> None:
@@ -302,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return migrate.run(args)
     if args.command == "pipeline":
         return pipeline_cli.run(args)
+    if args.command == "users":
+        return users_cli.run(args)
     return inspect_cli.run(args)
 
 

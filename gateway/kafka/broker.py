@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from tmsgate.storage import Store
 
+from ..users import Users
 from .batch_cache import BatchCache
 from .config import GatewayConfig
 from .groups import GroupCoordinator, from_env
@@ -109,6 +110,7 @@ class Broker:
         self.topics = TopicRegistry(self)
         self.producers = ProducerStates(self)
         self.batch_cache = BatchCache(config.fetch_cache_bytes)
+        self.users = Users(store)  # SASL credentials (blocking: call through run())
         self.notifier = PublishNotifier()
         self.advertised_host = config.advertised_host or config.host
         self.advertised_port = config.advertised_port or config.port

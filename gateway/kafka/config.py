@@ -61,6 +61,10 @@ class GatewayConfig:
     groups: GroupConfig | None = None
     # Kafka's transaction.max.timeout.ms: InitProducerId refuses longer timeouts.
     transaction_max_timeout_ms: int = 900_000
+    # Kafka's listener security protocol: PLAINTEXT, or SASL_PLAINTEXT with the SASL
+    # mechanisms of sasl.enabled.mechanisms (gateway/sasl.py); users: gateway/users.py.
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanisms: tuple[str, ...] = ()
     cluster_id: str = "tmsgate"
     node_id: int = 0
 

@@ -31,11 +31,14 @@ from tmsgate.protocol import (
 )
 
 from .broker import Broker
-from .context import CloseConnection, RequestContext
+from .context import CloseConnection, RequestContext, Session
 from .handlers import api_versions
 from .stream import FrameStream
 
 log = logging.getLogger("tmsgate.kafka.connection")
+# What a SASL listener serves before the login (Kafka: anything else during the handshake
+# closes the connection).
+_BEFORE_LOGIN = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # Frames at least this large are decoded, and their responses encoded, off the loop: at
 # worst ~15 ms of decoding, while an ordinary small request skips the thread hop
 # (~50 us). A response with this many array entries is encoded off the loop too,
@@ -117,6 +120,8 @@ class ConnectionDriver:
         self.stream = stream
         self.peer = stream.peer()
         self.conn = KafkaConnection(broker.config.max_request_bytes)
+        self.session = Session()
+        self._login_required = broker.config.security_protocol == "SASL_PLAINTEXT"
         stream.frame_size = self.conn.frame_size  # refuses oversized frames before allocating
         self._slots = asyncio.Semaphore(broker.config.max_in_flight_per_connection)
         # [request, its future]: a list, so that the writer can take the references out
@@ -220,7 +225,7 @@ class ConnectionDriver:
             )
             return False
         await self._slots.acquire()
-        ctx = RequestContext(self.broker, req, self.peer)
+        ctx = RequestContext(self.broker, req, self.peer, self.session)
         previous, self._last_turn = self._last_turn, ctx.turn
         self._enqueue(req, asyncio.ensure_future(self._handle(route.handler, ctx, previous)))
         return True
@@ -232,6 +237,13 @@ class ConnectionDriver:
     async def _handle(self, handler: Any, ctx: RequestContext, previous: asyncio.Event) -> Any:
         await previous.wait()
         name = api_name(ctx.request.api_key)
+        if (
+            self._login_required
+            and self.session.principal is None
+            and ctx.request.api_key not in _BEFORE_LOGIN
+        ):
+            ctx.release()
+            raise CloseConnection(f"{name} request before the SASL login")
         started = time.perf_counter()
         try:
             return await handler(ctx, ctx.request.body)
@@ -286,6 +298,9 @@ class ConnectionDriver:
             self._in_flight -= 1
             self._slots.release()
             self._last_activity = time.monotonic()
+        if self.session.close_after_answer:
+            log.info("closing connection %s after %s (SASL)", self.peer, api_name(req.api_key))
+            return False
         if heavy:
             # Freeing 500,000 decoded objects took 16-30 ms in one piece, under the GIL:
             # the CPU thread frees them a slice at a time once the loop has let go (the

@@ -9,7 +9,19 @@ from typing import TYPE_CHECKING, Any
 from tmsgate.protocol import Request, response_class
 
 if TYPE_CHECKING:
+    from ..sasl import Exchange
     from .broker import Broker
+
+
+@dataclass(slots=True)
+class Session:
+    """What one connection has established: its SASL login (gateway/sasl.py)."""
+
+    principal: str | None = None  # "User:<name>" once logged in (or ANONYMOUS)
+    mechanism: str | None = None
+    exchange: Exchange | None = None  # a login under way
+    # Set by a handler whose answer must be the connection's last (a failed login).
+    close_after_answer: bool = False
 
 
 @dataclass(slots=True)
@@ -17,6 +29,7 @@ class RequestContext:
     broker: Broker
     request: Request
     peer: str
+    session: Session
     # Set when the next pipelined request on this connection may start. The driver
     # sets it when the handler returns; a handler sets it earlier (release()) once the
     # order-sensitive part is done, e.g. a produce after submitting its writes, so the

@@ -34,6 +34,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.logins = Counter(
+            "tmsgate_kafka_logins",
+            "SASL logins on the Kafka listener, by mechanism and result",
+            ["mechanism", "result"],
+            registry=r,
+        )
         self.produced_messages = Counter(
             "tmsgate_kafka_produced_messages", "Messages written by Produce", registry=r
         )

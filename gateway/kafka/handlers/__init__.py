@@ -18,6 +18,8 @@ from . import (
     list_transactions,
     metadata,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     txn_offset_commit,
 )
 
@@ -40,5 +42,7 @@ ROUTES = [
     txn_offset_commit.ROUTE,
     describe_transactions.ROUTE,
     list_transactions.ROUTE,
+    sasl_handshake.ROUTE,
+    sasl_authenticate.ROUTE,
     *group_routes.GROUP_ROUTES,
 ]
