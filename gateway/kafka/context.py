@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 class Session:
     """What one connection has established: its SASL login (gateway/sasl.py)."""
 
-    principal: str | None = None  # "User:<name>" once logged in (or ANONYMOUS)
+    principal: str | None = None  # "User:<name>" once logged in (None on PLAINTEXT)
     mechanism: str | None = None
     exchange: Exchange | None = None  # a login under way
     # Set by a handler whose answer must be the connection's last (a failed login).
@@ -29,7 +29,8 @@ class RequestContext:
     broker: Broker
     request: Request
     peer: str
-    session: Session
+    # The connection's login; a context built outside a connection (tests) gets its own.
+    session: Session = field(default_factory=Session)
     # Set when the next pipelined request on this connection may start. The driver
     # sets it when the handler returns; a handler sets it earlier (release()) once the
     # order-sensitive part is done, e.g. a produce after submitting its writes, so the
