@@ -131,6 +131,8 @@ class Users:
 
     def check_plain(self, name: str, password: str) -> bool:
         """A SASL/PLAIN login: the password against the user's SCRAM credential."""
-        for mechanism, entry in sorted(self.entries(name).items()):
-            return password_matches(entry, mechanism, password)
-        return False
+        entries = self.entries(name)
+        if not entries:
+            return False
+        mechanism = min(entries)  # SCRAM-SHA-256's entry when the user has one
+        return password_matches(entries[mechanism], mechanism, password)

@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
             users = Users(store).list()
         if args.json:
             print(json.dumps(users, sort_keys=True))
+            return 0
         for name, mechs in sorted(users.items()):
-            if not args.json:
-                print(f"{name}\t" + ", ".join(f"{m} ({i} iterations)" for m, i in mechs.items()))
+            print(f"{name}\t" + ", ".join(f"{m} ({i} iterations)" for m, i in mechs.items()))
         return 0
     try:
         store = open_store(args.store)

@@ -38,11 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    gateway = Gateway(args.url)
-    try:
+    with Gateway(args.url) as gateway:
         gateway.ensure_topic(args.sink)
-    finally:
-        gateway.close()
     spark = local_session("order-totals")
     order = StructType(
         [

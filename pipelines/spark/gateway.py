@@ -45,6 +45,12 @@ class Gateway:
     def close(self) -> None:
         self.http.close()
 
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _topic(self, topic: str, tail: str = "") -> str:
         return (
             f"/v1/namespaces/{quote(self.namespace, safe='')}/topics/{quote(topic, safe='~')}{tail}"

@@ -261,16 +261,13 @@ class Stored(WriterCommitMessage):
 def _store_all(
     o: opt.SourceOptions, url: str, wp: int, batches: Iterator[pa.RecordBatch]
 ) -> Stored:
-    gw = Gateway(url, o.namespace)
-    try:
+    with Gateway(url, o.namespace) as gw:
         counts = gw.partitions()
         out = Stored(wp)
         for batch in batches:
             for topic, body in bodies(batch, o.topic, counts):
                 out.receipts.setdefault(topic, []).append(gw.store(topic, wp, body))
         return out
-    finally:
-        gw.close()
 
 
 def _commit(o: opt.SourceOptions, url: str, messages: list[Any]) -> None:
@@ -287,34 +284,25 @@ def _commit(o: opt.SourceOptions, url: str, messages: list[Any]) -> None:
     publish = [
         {"namespace": o.namespace, "topic": t, "stored": rs} for t, rs in sorted(merged.items())
     ]
-    gw = Gateway(url, o.namespace)
-    try:
+    with Gateway(url, o.namespace) as gw:
         gw.commit(pointers.pop(), publish)
-    finally:
-        gw.close()
 
 
 def _abort(o: opt.SourceOptions, url: str, wp: int | None) -> None:
     if wp is None:
         return
-    gw = Gateway(url, o.namespace)
-    try:
+    with Gateway(url, o.namespace) as gw:
         gw.abort(wp)
-    finally:
-        gw.close()
 
 
 class BatchWriter(DataSourceArrowWriter):
     """``df.write``: one transaction, started here on the driver, committed when the job
     succeeds with the receipts of the tasks that succeeded."""
 
-    def __init__(self, o: opt.SourceOptions) -> None:
-        self.o, self.url = o, _url(o)
-        gw = Gateway(self.url, o.namespace)
-        try:
+    def __init__(self, o: opt.SourceOptions, url: str) -> None:
+        self.o, self.url = o, url
+        with Gateway(url, o.namespace) as gw:
             self.wp = int(gw.start(o.transaction_timeout_s)["writePointer"])
-        finally:
-            gw.close()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return _store_all(self.o, self.url, self.wp, iterator)
@@ -329,8 +317,8 @@ class BatchWriter(DataSourceArrowWriter):
 class StreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
     """``writeStream``: one keyed transaction per micro-batch (docs/spark.md)."""
 
-    def __init__(self, o: opt.SourceOptions) -> None:
-        self.o, self.url = o, _url(o)
+    def __init__(self, o: opt.SourceOptions, url: str) -> None:
+        self.o, self.url = o, url
 
     def _batch_key(self) -> str:
         from pyspark import TaskContext
@@ -344,11 +332,8 @@ class StreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         return f"spark/{query}{sink}/{batch}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        gw = Gateway(self.url, self.o.namespace)
-        try:
+        with Gateway(self.url, self.o.namespace) as gw:
             tx = gw.start(self.o.transaction_timeout_s, key=self._batch_key())
-        finally:
-            gw.close()
         wp = int(tx["writePointer"])
         if tx["state"] == "committed":  # a replay of a batch that committed before a crash
             for _ in iterator:
@@ -386,19 +371,18 @@ class TmsDataSource(DataSource):
         if overwrite:  # as Spark's Kafka sink: a topic is a log, nothing in it is replaced
             raise ValueError('save mode "overwrite" is not allowed for tms: use "append"')
         o = self._options()
-        _check_write_target(schema, o)
-        return BatchWriter(o)
+        return BatchWriter(o, _check_write_target(schema, o))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         o = self._options()
-        _check_write_target(schema, o)
-        return StreamWriter(o)
+        return StreamWriter(o, _check_write_target(schema, o))
 
 
-def _check_write_target(schema: StructType, o: opt.SourceOptions) -> None:
-    """On the driver, before any task: the columns, and the topic option's topic. (Topics
-    named row by row in a topic column are checked by the tasks.) The sink does not create
-    topics: the HTTP API never does, unlike a Kafka broker with auto-create on."""
+def _check_write_target(schema: StructType, o: opt.SourceOptions) -> str:
+    """On the driver, before any task: the columns, and the topic option's topic (topics
+    named row by row in a topic column are checked by the tasks); -> the gateway's URL.
+    The sink does not create topics: the HTTP API never does, unlike a Kafka broker with
+    auto-create on."""
     names = set(schema.fieldNames())
     if "value" not in names:
         raise ValueError("the rows to write need a value column (binary or string)")
@@ -410,14 +394,13 @@ def _check_write_target(schema: StructType, o: opt.SourceOptions) -> None:
             f"columns {sorted(unknown)} cannot be written: only key, value, headers, topic "
             "and partition (as Spark's Kafka sink)"
         )
+    url = _url(o)
     if o.topic:
-        gw = Gateway(_url(o), o.namespace)
-        try:
+        with Gateway(url, o.namespace) as gw:
             known = gw.partitions()
-        finally:
-            gw.close()
         if o.topic not in known:
             raise ValueError(
                 f"topic: {o.topic!r} does not exist in namespace {o.namespace!r}; create it "
                 "first (kafka-topics.sh --create, or PUT /v1/namespaces/NS/topics/NAME)"
             )
+    return url

@@ -51,14 +51,8 @@ def _headers(batch: pa.RecordBatch) -> tuple[bytes, bytes, bytes]:
 def encode(batch: pa.RecordBatch) -> bytes:
     n = batch.num_rows
     zeros = bytes(8 * n)
-    keys = (
-        _blobs(batch.column("key"))
-        if "key" in batch.schema.names
-        else (
-            np.full(n, -1, "<i4").tobytes(),
-            b"",
-        )
-    )
+    no_keys = (np.full(n, -1, "<i4").tobytes(), b"")  # every key null
+    keys = _blobs(batch.column("key")) if "key" in batch.schema.names else no_keys
     counts, names, hvalues = _headers(batch)
     return b"".join(
         (
