@@ -96,9 +96,10 @@ class ScramExchange:
 
     def _accept_repeated_client_nonce(self, client_final: str) -> None:
         """librdkafka before 2.x (Debian's kcat) sends the client nonce twice in its final
-        message (client nonce + the server's nonce, which already starts with it). Kafka
-        accepts a nonce that ends with the server's (ScramSaslServer), and the proof is
-        over the message as sent, so the same is accepted here."""
+        message (client nonce + the server's nonce, which already starts with it). Older
+        Kafka accepted a nonce ending with the server's; Kafka 4.1 refuses it (measured,
+        docs/compatibility.md). It is accepted here: the proof still covers the message as
+        sent."""
         nonce = self._server.nonce  # scramp's Nonce
         sent, expected = _attribute(client_final, "r"), str(nonce)
         if sent is not None and sent != expected and sent.endswith(expected):
