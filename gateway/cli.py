@@ -69,10 +69,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--kafka-security",
-        choices=("plaintext", "sasl_plaintext"),
+        choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"),
         default=_env("TMSGATE_KAFKA_SECURITY", "plaintext"),
-        help="the Kafka listener's security protocol; sasl_plaintext: clients log in as a "
-        "user of `tmsgate users` (env TMSGATE_KAFKA_SECURITY)",
+        help="the Kafka listener's security protocol; sasl_*: clients log in as a user of "
+        "`tmsgate users`; ssl, sasl_ssl: TLS with --tls-cert and --tls-key "
+        "(env TMSGATE_KAFKA_SECURITY)",
+    )
+    s.add_argument(
+        "--tls-cert",
+        default=_env("TMSGATE_TLS_CERT", None),
+        help="PEM certificate chain of the Kafka listener (ssl, sasl_ssl) (env TMSGATE_TLS_CERT)",
+    )
+    s.add_argument(
+        "--tls-key",
+        default=_env("TMSGATE_TLS_KEY", None),
+        help="PEM private key of --tls-cert (env TMSGATE_TLS_KEY)",
+    )
+    s.add_argument(
+        "--tls-client-ca",
+        default=_env("TMSGATE_TLS_CLIENT_CA", None),
+        help="PEM CA certificates: ssl clients must present a certificate it signed, and "
+        "are User:<its CN> (Kafka's ssl.client.auth=required) (env TMSGATE_TLS_CLIENT_CA)",
+    )
+    s.add_argument(
+        "--authorizer",
+        choices=("none", "acl"),
+        default=_env("TMSGATE_AUTHORIZER", "none"),
+        help="acl: check Kafka ACLs (kafka-acls.sh) on the Kafka and HTTP listeners "
+        "(Kafka's authorizer.class.name) (env TMSGATE_AUTHORIZER)",
+    )
+    s.add_argument(
+        "--super-users",
+        default=_env("TMSGATE_SUPER_USERS", ""),
+        help="principals allowed everything, e.g. User:admin,User:ops (Kafka's super.users; "
+        "',' or ';' between them) (env TMSGATE_SUPER_USERS)",
+    )
+    s.add_argument(
+        "--allow-everyone-if-no-acl-found",
+        action=argparse.BooleanOptionalAction,
+        default=_env_bool("TMSGATE_ALLOW_EVERYONE_IF_NO_ACL_FOUND", False),
+        help="Kafka's allow.everyone.if.no.acl.found: a resource without any ACL is open "
+        "to all (env TMSGATE_ALLOW_EVERYONE_IF_NO_ACL_FOUND)",
     )
     s.add_argument(
         "--sasl-mechanisms",
@@ -84,6 +121,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--http-listen",
         default=_env("TMSGATE_HTTP_LISTEN", DEFAULT_HTTP_LISTEN),
         help="host:port of the TMS HTTP API and transaction service (env TMSGATE_HTTP_LISTEN)",
+    )
+    s.add_argument(
+        "--http-tls-cert",
+        default=_env("TMSGATE_HTTP_TLS_CERT", None),
+        help="PEM certificate chain: serve the HTTP API over HTTPS (env TMSGATE_HTTP_TLS_CERT)",
+    )
+    s.add_argument(
+        "--http-tls-key",
+        default=_env("TMSGATE_HTTP_TLS_KEY", None),
+        help="PEM private key of --http-tls-cert (env TMSGATE_HTTP_TLS_KEY)",
+    )
+    s.add_argument(
+        "--http-auth",
+        choices=("none", "required"),
+        default=_env("TMSGATE_HTTP_AUTH", "none"),
+        help="required: HTTP requests name a user, by HTTP Basic (HTTPS only) or a bearer "
+        "token of `tmsgate users token`; /healthz stays open (env TMSGATE_HTTP_AUTH)",
     )
     s.add_argument(
         "--no-http",
@@ -218,13 +272,35 @@ def _config(args: argparse.Namespace) -> object:
         transaction_max_timeout_ms=args.transaction_max_timeout_ms,
         security_protocol=args.kafka_security.upper(),
         sasl_mechanisms=_sasl_mechanisms(args),
+        **_tls(args),
+        authorizer=args.authorizer == "acl",
+        super_users=_principals(args.super_users),
+        allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found,
     )
+
+
+def _tls(args: argparse.Namespace) -> dict[str, str | None]:
+    if args.kafka_security not in ("ssl", "sasl_ssl"):
+        return {}
+    if not (args.tls_cert and args.tls_key):
+        raise SystemExit(f"--kafka-security {args.kafka_security} needs --tls-cert and --tls-key")
+    return {"tls_cert": args.tls_cert, "tls_key": args.tls_key, "tls_client_ca": args.tls_client_ca}
+
+
+def _principals(raw: str) -> tuple[str, ...]:
+    from tmsgate.gateway.acls import AclError, check_principal
+
+    names = tuple(p.strip() for p in raw.replace(";", ",").split(",") if p.strip())
+    try:
+        return tuple(check_principal(p) for p in names)
+    except AclError as exc:
+        raise SystemExit(f"--super-users: {exc}") from None
 
 
 def _sasl_mechanisms(args: argparse.Namespace) -> tuple[str, ...]:
     from tmsgate.gateway.sasl import ALL_MECHANISMS
 
-    if args.kafka_security != "sasl_plaintext":
+    if not args.kafka_security.startswith("sasl_"):
         return ()
     names = tuple(m.strip().upper() for m in args.sasl_mechanisms.split(",") if m.strip())
     unknown = [m for m in names if m not in ALL_MECHANISMS]
@@ -288,7 +364,12 @@ def _serve_config(args: argparse.Namespace) -> object:
             port=port,
             max_body_bytes=max(1, args.http_max_body_mb) << 20,
             max_poll=max(1, args.http_max_poll),
+            tls_cert=args.http_tls_cert,
+            tls_key=args.http_tls_key,
+            auth_required=args.http_auth == "required",
         )
+        if bool(args.http_tls_cert) != bool(args.http_tls_key):
+            raise SystemExit("--http-tls-cert and --http-tls-key go together")
     metrics = (
         parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else None
     )

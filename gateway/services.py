@@ -63,6 +63,8 @@ class Services:
         self.metrics = Metrics(self.registry)
         self.metrics.watch_store(store)
         self.broker = Broker(store, kafka, metrics=self.metrics, executor=self.executor)
+        # One authorizer, one set of ACLs, for the Kafka and HTTP listeners.
+        self.authorizer = self.broker.authorizer
         self.transactions = TransactionService(store, self.registry, self.broker.txns.owner_of)
         self.kafka_server = KafkaServer(self.broker)
         self.http_server: HttpServer | None = None

@@ -14,3 +14,9 @@ class HttpConfig:
     # On stop: requests in flight get this long to finish before their tasks are cancelled.
     shutdown_grace_s: float = 10.0
     keep_alive_s: int = 30  # idle keep-alive connections are closed after this long
+    # HTTPS: the listener's certificate chain and key (PEM files); None: plain HTTP.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # Every endpoint but /healthz asks for a user's credentials (HTTP Basic, over HTTPS
+    # only, or a bearer token of `tmsgate users token`); 401 without (docs/security.md).
+    auth_required: bool = False

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from tmsgate.storage import Store
 
+from ..acls import Authorizer
 from ..users import Users
 from .batch_cache import BatchCache
 from .config import GatewayConfig
@@ -91,9 +92,11 @@ class Broker:
         metrics: Metrics | None = None,
         routes: RouteTable | None = None,
         executor: ThreadPoolExecutor | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         """``executor``: the process's shared I/O executor (gateway/services.py owns it and
-        shuts it down); a broker built alone (tests) makes and closes its own."""
+        shuts it down); a broker built alone (tests) makes and closes its own.
+        ``authorizer``: the process's, shared with HTTP; by default one from ``config``."""
         self.store: Store = store
         self.config = config
         # Bounded: reads from disk queue here instead of piling threads onto LevelDB.
@@ -111,6 +114,13 @@ class Broker:
         self.producers = ProducerStates(self)
         self.batch_cache = BatchCache(config.fetch_cache_bytes)
         self.users = Users(store)  # SASL credentials (blocking: call through run())
+        self.authorizer = authorizer or Authorizer(
+            store,
+            enabled=config.authorizer,
+            super_users=config.super_users,
+            allow_if_no_acl=config.allow_everyone_if_no_acl_found,
+            on_denied=self.metrics.count_denial,
+        )
         self.notifier = PublishNotifier()
         self.advertised_host = config.advertised_host or config.host
         self.advertised_port = config.advertised_port or config.port

@@ -61,10 +61,21 @@ class GatewayConfig:
     groups: GroupConfig | None = None
     # Kafka's transaction.max.timeout.ms: InitProducerId refuses longer timeouts.
     transaction_max_timeout_ms: int = 900_000
-    # Kafka's listener security protocol: PLAINTEXT, or SASL_PLAINTEXT with the SASL
-    # mechanisms of sasl.enabled.mechanisms (gateway/sasl.py); users: gateway/users.py.
+    # Kafka's listener security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, with
+    # the SASL mechanisms of sasl.enabled.mechanisms (gateway/sasl.py); users:
+    # gateway/users.py. docs/security.md.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanisms: tuple[str, ...] = ()
+    # SSL and SASL_SSL: the listener's certificate chain and key (PEM files), and the CA
+    # whose client certificates are asked for and mapped to User:<CN> (None: none asked).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    # Kafka's authorizer.class.name (on: ACLs are checked, gateway/acls.py), super.users
+    # ("User:alice", ...) and allow.everyone.if.no.acl.found. They apply to HTTP too.
+    authorizer: bool = False
+    super_users: tuple[str, ...] = ()
+    allow_everyone_if_no_acl_found: bool = False
     cluster_id: str = "tmsgate"
     node_id: int = 0
 

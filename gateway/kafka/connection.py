@@ -120,8 +120,8 @@ class ConnectionDriver:
         self.stream = stream
         self.peer = stream.peer()
         self.conn = KafkaConnection(broker.config.max_request_bytes)
-        self.session = Session()
-        self._login_required = broker.config.security_protocol == "SASL_PLAINTEXT"
+        self.session = Session(host=stream.peer_host())
+        self._login_required = broker.config.security_protocol.startswith("SASL_")
         stream.frame_size = self.conn.frame_size  # refuses oversized frames before allocating
         self._slots = asyncio.Semaphore(broker.config.max_in_flight_per_connection)
         # [request, its future]: a list, so that the writer can take the references out

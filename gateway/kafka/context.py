@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from tmsgate.protocol import Request, response_class
 
+from ..acls import WILDCARD, Operation, ResourceType
+
 if TYPE_CHECKING:
     from ..sasl import Exchange
     from .broker import Broker
@@ -15,9 +17,11 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Session:
-    """What one connection has established: its SASL login (gateway/sasl.py)."""
+    """What one connection has established: its SASL login (gateway/sasl.py) or its
+    client certificate's principal, and the client's address (for host ACLs)."""
 
-    principal: str | None = None  # "User:<name>" once logged in (None on PLAINTEXT)
+    principal: str | None = None  # "User:<name>" once logged in (None: User:ANONYMOUS)
+    host: str = WILDCARD  # the client's IP address
     mechanism: str | None = None
     exchange: Exchange | None = None  # a login under way
     # Set by a handler whose answer must be the connection's last (a failed login).
@@ -40,6 +44,15 @@ class RequestContext:
     @property
     def version(self) -> int:
         return self.request.api_version
+
+    def allowed(
+        self, operation: Operation, resource_type: ResourceType, name: str, *, log: bool = True
+    ) -> bool:
+        """May this connection's principal do this (gateway/acls.py)? True with ACLs off."""
+        s = self.session
+        return self.broker.authorizer.allowed(
+            s.principal, operation, resource_type, name, s.host, log_denial=log
+        )
 
     def release(self) -> None:
         self.turn.set()

@@ -40,6 +40,12 @@ class Metrics:
             ["mechanism", "result"],
             registry=r,
         )
+        self.denials = Counter(
+            "tmsgate_authorization_denials",
+            "Operations the ACL authorizer denied (Kafka and HTTP), by resource and operation",
+            ["resource_type", "operation"],
+            registry=r,
+        )
         self.produced_messages = Counter(
             "tmsgate_kafka_produced_messages", "Messages written by Produce", registry=r
         )
@@ -101,6 +107,9 @@ class Metrics:
             )
         children[0]()
         children[1](seconds)
+
+    def count_denial(self, resource_type: Any, operation: Any) -> None:
+        self.denials.labels(resource_type.name, operation.name).inc()
 
     def watch_store(self, store: Any) -> None:
         """Report the store's disk space and writes-refused mode when scraped."""

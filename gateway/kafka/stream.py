@@ -373,6 +373,11 @@ class FrameStream(asyncio.BufferedProtocol):
         peer = self.transport.get_extra_info("peername") if self.transport else None
         return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
+    def peer_host(self) -> str:
+        """The client's IP address ("*" when unknown), as host ACLs name it."""
+        peer = self.transport.get_extra_info("peername") if self.transport else None
+        return str(peer[0]) if isinstance(peer, tuple) else "*"
+
     def is_closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()
 
