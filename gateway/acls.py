@@ -30,6 +30,8 @@ from enum import IntEnum
 
 from tmsgate.storage import Store
 
+from .errors import BadRequest
+
 log = logging.getLogger("tmsgate.acl")
 AREA = "acls"
 CLUSTER_NAME = "kafka-cluster"  # the one name of the CLUSTER resource
@@ -41,8 +43,8 @@ MAX_CACHED = 100_000  # decisions kept; the cache starts over beyond this
 _Key = tuple[str, str, "Operation", "ResourceType", str]
 
 
-class AclError(ValueError):
-    """A binding Kafka would refuse (INVALID_REQUEST); the message says why."""
+class AclError(BadRequest):
+    """A binding or filter Kafka would refuse (INVALID_REQUEST); the message says why."""
 
 
 class ResourceType(IntEnum):
@@ -212,6 +214,16 @@ class AclFilter:
         return name is None or b.resource_name == name
 
 
+def _covers(deny: AclBinding, allow: AclBinding) -> bool:
+    """Whether a DENY's pattern covers every resource an ALLOW's pattern names."""
+    if deny.pattern_type == PatternType.LITERAL:
+        return deny.resource_name == WILDCARD or (
+            allow.pattern_type == PatternType.LITERAL
+            and allow.resource_name == deny.resource_name
+        )
+    return allow.resource_name.startswith(deny.resource_name)
+
+
 class Authorizer:
     """The ACLs of one store, and the decisions made from them. Thread-safe: the Kafka
     listener asks on the event loop, the HTTP API too, and changes come from handlers
@@ -318,6 +330,36 @@ class Authorizer:
         if not decision and log_denial:
             self._denied(who, host, operation, resource_type, name)
         return decision
+
+    def any_allowed(
+        self, principal: str | None, operation: Operation, resource_type: ResourceType, host: str
+    ) -> bool:
+        """May ``principal`` do ``operation`` on some resource of this type? Kafka's
+        authorizeByResourceType (KIP-679: an idempotent producer needs Write on any topic):
+        an ALLOW not wholly covered by a DENY of the same principal. Not cached: asked
+        once per InitProducerId."""
+        if not self.enabled:
+            return True
+        who = principal or ANONYMOUS
+        if who in self.super_users:
+            return True
+        by_type, _ = self._state
+        found = [
+            b
+            for b in by_type.get(resource_type, ())
+            if b.principal in (who, WILDCARD_PRINCIPAL)
+            and b.host in (host, WILDCARD)
+            and b.operation in (operation, Operation.ALL)
+        ]
+        if not by_type.get(resource_type):
+            return self.allow_if_no_acl
+        denies = [b for b in found if b.permission == Permission.DENY]
+        for allow in found:
+            if allow.permission != Permission.ALLOW:
+                continue
+            if not any(_covers(deny, allow) for deny in denies):
+                return True
+        return False
 
     def _decide(
         self,

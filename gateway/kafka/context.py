@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from tmsgate.protocol import Request, response_class
 
-from ..acls import WILDCARD, Operation, ResourceType
+from ..acls import CLUSTER_NAME, WILDCARD, Operation, ResourceType
 
 if TYPE_CHECKING:
     from ..sasl import Exchange
@@ -53,6 +53,12 @@ class RequestContext:
         return self.broker.authorizer.allowed(
             s.principal, operation, resource_type, name, s.host, log_denial=log
         )
+
+    def may_create_topic(self, name: str) -> bool:
+        """Kafka: Create on the cluster, or on the topic."""
+        return self.allowed(
+            Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log=False
+        ) or self.allowed(Operation.CREATE, ResourceType.TOPIC, name)
 
     def release(self) -> None:
         self.turn.set()

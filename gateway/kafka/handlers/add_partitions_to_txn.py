@@ -9,6 +9,7 @@ from typing import Any
 from kafka.protocol.producer.transaction import AddPartitionsToTxnResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..routes import Route
 from ..txn import TxnError, for_version
@@ -17,11 +18,35 @@ _Topic = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
 _Partition = _Topic.AddPartitionsToTxnPartitionResult
 
 
+async def _denied(
+    ctx: RequestContext, tid: str, topics: list[tuple[str, list[int]]]
+) -> dict[tuple[str, int], ErrorCode] | None:
+    """Kafka: Write on the transactional id (else every partition is refused with
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and on each topic (the topics refused get
+    TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED); None if allowed."""
+    if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        return {(t, p): code for t, ps in topics for p in ps}
+    refused = {t async for t, _ in ctx.broker.paced(topics) if not ctx.allowed(
+        Operation.WRITE, ResourceType.TOPIC, t
+    )}
+    if not refused:
+        return None
+    return {
+        (t, p): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        if t in refused
+        else ErrorCode.OPERATION_NOT_ATTEMPTED
+        for t, ps in topics
+        for p in ps
+    }
+
+
 async def handle(ctx: RequestContext, req: Any) -> Any:
     paced = ctx.broker.paced
     topics = [(t.name, list(t.partitions)) async for t in paced(req.v3_and_below_topics)]
     try:
-        codes = await ctx.broker.txns.add_partitions(
+        denied = await _denied(ctx, req.v3_and_below_transactional_id, topics)
+        codes = denied if denied is not None else await ctx.broker.txns.add_partitions(
             req.v3_and_below_transactional_id,
             req.v3_and_below_producer_id,
             req.v3_and_below_producer_epoch,

@@ -11,6 +11,7 @@ from typing import Any
 from kafka.protocol.admin import AlterConfigsResponse, IncrementalAlterConfigsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
+from ...acls import Operation, ResourceType
 from ..config import TOPIC_CONFIGS, InvalidConfig, apply_configs
 from ..context import RequestContext
 from ..errors import error_of
@@ -71,6 +72,8 @@ async def _alter(ctx: RequestContext, res: Any, incremental: bool, validate_only
         return ErrorCode.INVALID_REQUEST, "only topic configs can be altered"
     if nulls:  # legacy AlterConfigs checks the resource type first
         return ErrorCode.INVALID_REQUEST, nulls
+    if not ctx.allowed(Operation.ALTER_CONFIGS, ResourceType.TOPIC, res.resource_name):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
     topics = ctx.broker.topics
     try:
         if incremental:

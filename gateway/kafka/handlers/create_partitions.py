@@ -11,6 +11,7 @@ from typing import Any
 from kafka.protocol.admin import CreatePartitionsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..errors import error_of
 from ..routes import Route
@@ -69,6 +70,15 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                     name=topic.name,
                     error_code=ErrorCode.INVALID_REQUEST,
                     error_message="Duplicate topic in request.",
+                )
+            )
+            continue
+        if not ctx.allowed(Operation.ALTER, ResourceType.TOPIC, topic.name):
+            results.append(
+                _Result(
+                    name=topic.name,
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    error_message="Authorization failed.",
                 )
             )
             continue

@@ -151,6 +151,15 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                 )
             )
             continue
+        if not ctx.may_create_topic(topic.name):
+            results.append(
+                _Result(
+                    name=topic.name,
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    error_message="Authorization failed.",
+                )
+            )
+            continue
         results.append(await _create(ctx, topic, validate_only))
     return ctx.response(throttle_time_ms=0, topics=results)
 

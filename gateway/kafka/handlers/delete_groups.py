@@ -7,8 +7,9 @@ from typing import Any
 
 from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import GroupError
+from ..groups import GroupError, GroupErrorCode
 from ..routes import Route
 
 _Result = DeleteGroupsResponse.DeletableGroupResult
@@ -16,10 +17,12 @@ _Result = DeleteGroupsResponse.DeletableGroupResult
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     names = list(req.groups_names)
+    allowed = [n for n in names if ctx.allowed(Operation.DELETE, ResourceType.GROUP, n)]
     try:
-        codes = await ctx.broker.groups.delete_groups(names)
+        deleted = dict(zip(allowed, await ctx.broker.groups.delete_groups(allowed), strict=True))
     except GroupError as exc:  # loading failed, or shutting down
-        codes = [exc.code for _ in names]
+        deleted = {n: exc.code for n in allowed}
+    codes = [deleted.get(n, GroupErrorCode.GROUP_AUTHORIZATION_FAILED) for n in names]
     results = [
         _Result(group_id=g, error_code=c)
         async for g, c in ctx.broker.paced(zip(names, codes, strict=True))  # client's list

@@ -10,6 +10,7 @@ from kafka.protocol.admin import DeleteTopicsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 from tmsgate.storage import DiskFull
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..errors import error_of
 from ..routes import Route
@@ -44,6 +45,21 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
                 **kwargs,
             )
         name = info.name
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name, log=False):
+            # Kafka does not tell a topic id's name to who may not see the topic.
+            return _Result(
+                name=None,
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                error_message="Authorization failed.",
+                **kwargs,
+            )
+    if not ctx.allowed(Operation.DELETE, ResourceType.TOPIC, name):
+        return _Result(
+            name=name,
+            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            error_message="Authorization failed.",
+            **kwargs,
+        )
     try:
         info = await topics.get(name)
         if info is None:

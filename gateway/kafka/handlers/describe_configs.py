@@ -8,6 +8,7 @@ from typing import Any
 from kafka.protocol.admin import DescribeConfigsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
+from ...acls import CLUSTER_NAME, Operation, ResourceType
 from ..config import (
     MAX_MESSAGE_BYTES,
     MIGRATION_SOURCE,
@@ -127,12 +128,29 @@ async def _broker(ctx: RequestContext, req: Any, res: Any) -> Any:
     return ErrorCode.NONE, None, entries
 
 
+_DENIED = {
+    TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    BROKER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+}
+
+
+def _allowed(ctx: RequestContext, res: Any) -> bool:
+    """Kafka: DescribeConfigs on the topic, or on the cluster for a broker's configs."""
+    if res.resource_type == TOPIC:
+        return ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, res.resource_name)
+    if res.resource_type == BROKER:
+        return ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME)
+    return True  # refused for its type below
+
+
 async def handle(ctx: RequestContext, req: Any) -> Any:
     results = []
     # Paced: a 1 MB request names ~100,000 resources, and those answered from the topic
     # cache, or refused for their name or type, await nothing.
     async for res in ctx.broker.paced(req.resources):
-        if res.resource_type == TOPIC:
+        if not _allowed(ctx, res):
+            code, message, entries = _DENIED[res.resource_type], "Authorization failed.", []
+        elif res.resource_type == TOPIC:
             code, message, entries = await _topic(ctx, req, res)
         elif res.resource_type == BROKER:
             code, message, entries = await _broker(ctx, req, res)

@@ -7,6 +7,7 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..groups import GroupError, GroupErrorCode, GroupState, GroupSummary
 from ..routes import Route
@@ -53,6 +54,9 @@ def _described(group_id: str, s: GroupSummary | None, version: int, ops: Any) ->
     )
 
 
+_DENIED = GroupError(GroupErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed.")
+
+
 def _failed(group_id: str, exc: GroupError, ops: Any) -> Any:
     return _Group(
         error_code=exc.code,
@@ -73,6 +77,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     groups = []
     # Paced: the ids are what the client sent, and describing one awaits nothing.
     async for group_id in ctx.broker.paced(req.groups):
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            groups.append(_failed(group_id, _DENIED, ops))
+            continue
         try:
             summary = await coordinator.describe(group_id)
         except GroupError as exc:  # loading failed, or shutting down

@@ -9,6 +9,7 @@ from kafka.protocol.admin.transactions import DescribeTransactionsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 from tmsgate.storage.ids import PARTITION_MARK
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..routes import Route
 from ..txn import TxnError
@@ -18,6 +19,8 @@ _Topic = _State.TopicData
 
 
 def _describe(ctx: RequestContext, tid: str, loaded: ErrorCode) -> Any:
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+        loaded = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     rec = ctx.broker.txns.describe(tid) if not loaded else None
     if rec is None:
         return _State(

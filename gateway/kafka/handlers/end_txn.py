@@ -9,6 +9,7 @@ from typing import Any
 
 from tmsgate.protocol import ApiKey, ErrorCode
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..routes import Route
 from ..txn import TxnError, for_version
@@ -16,6 +17,9 @@ from ..txn import TxnError, for_version
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     code = ErrorCode.NONE
+    if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        return ctx.response(throttle_time_ms=0, error_code=code)
     try:
         await ctx.broker.txns.end(
             req.transactional_id, req.producer_id, req.producer_epoch, req.committed

@@ -17,6 +17,7 @@ from typing import Any
 from tmsgate.protocol import ApiKey, ErrorCode, FetchPartition, FetchResult, FetchTopic
 from tmsgate.storage import OffsetOutOfRange, StorageError
 
+from ...acls import Operation, ResourceType
 from ..batch_cache import BatchCache
 from ..context import RequestContext
 from ..errors import error_of
@@ -159,8 +160,12 @@ async def _targets(ctx: RequestContext, req: Any) -> list[tuple[Any, list[Target
     async for ft in broker.paced(req.topics):
         if ctx.version >= 13:
             info, missing = await topics.by_uuid(ft.topic_id), ErrorCode.UNKNOWN_TOPIC_ID
-        else:
+            if info is not None and not ctx.allowed(Operation.READ, ResourceType.TOPIC, info.name):
+                info = None  # Kafka does not tell who may not read it the topic id's name
+        elif ctx.allowed(Operation.READ, ResourceType.TOPIC, ft.topic):
             info, missing = await topics.resolve(ft.topic)
+        else:
+            info, missing = None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
         parts = []
         async for p in broker.paced(ft.partitions):
             if info is None:

@@ -8,6 +8,7 @@ from typing import Any
 from kafka.protocol.metadata import FindCoordinatorResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..routes import Route
 
@@ -36,15 +37,37 @@ def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
     }
 
 
+# Kafka: Describe on the group or transactional id the key names.
+_RESOURCE = {GROUP: ResourceType.GROUP, TRANSACTION: ResourceType.TRANSACTIONAL_ID}
+_DENIED = {
+    GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    TRANSACTION: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+
+
+def _denied(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any] | None:
+    if key_type not in KEY_TYPES or ctx.allowed(Operation.DESCRIBE, _RESOURCE[key_type], key):
+        return None
+    return {
+        "error_code": _DENIED[key_type],
+        "error_message": "Authorization failed.",
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+    }
+
+
 async def handle(ctx: RequestContext, req: Any) -> Any:
     key_type = req.key_type if ctx.version >= 1 else GROUP
     if ctx.version >= 4:
         answer = _answer(ctx, key_type)  # the same for every key
         found = [
-            _Coordinator(key=key, **answer) async for key in ctx.broker.paced(req.coordinator_keys)
+            _Coordinator(key=key, **(_denied(ctx, key_type, key) or answer))
+            async for key in ctx.broker.paced(req.coordinator_keys)
         ]
         return ctx.response(throttle_time_ms=0, coordinators=found)
-    return ctx.response(throttle_time_ms=0, **_answer(ctx, key_type))
+    answer = _denied(ctx, key_type, req.key) or _answer(ctx, key_type)
+    return ctx.response(throttle_time_ms=0, **answer)
 
 
 ROUTE = Route(ApiKey.FIND_COORDINATOR, 0, 5, handle)

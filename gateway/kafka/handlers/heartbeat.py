@@ -6,11 +6,16 @@ from typing import Any
 
 from kafka.protocol.consumer import HeartbeatRequest
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
+from ..groups import GroupErrorCode
 from ..routes import Route
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
+    if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+        denied = GroupErrorCode.GROUP_AUTHORIZATION_FAILED
+        return ctx.response(throttle_time_ms=0, error_code=denied)
     instance_id = req.group_instance_id if ctx.version >= 3 else None
     code, _why = await ctx.broker.groups.heartbeat(
         req.group_id, req.member_id, instance_id, req.generation_id

@@ -9,8 +9,9 @@ from typing import Any
 
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import JoinRequest, client_host
+from ..groups import GroupErrorCode, JoinRequest, client_host
 from ..routes import Route
 
 _Member = JoinGroupResponse.JoinGroupResponseMember
@@ -19,6 +20,18 @@ _Member = JoinGroupResponse.JoinGroupResponseMember
 async def handle(ctx: RequestContext, req: Any) -> Any:
     v = ctx.version
     paced = ctx.broker.paced  # a client may name any number of protocols
+    if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+        return ctx.response(
+            throttle_time_ms=0,
+            error_code=GroupErrorCode.GROUP_AUTHORIZATION_FAILED,
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name=None if v >= 7 else "",
+            leader="",
+            skip_assignment=False,
+            member_id=req.member_id,
+            members=[],
+        )
     protocols = tuple([(p.name, bytes(p.metadata)) async for p in paced(req.protocols)])
     join = JoinRequest(
         group_id=req.group_id,

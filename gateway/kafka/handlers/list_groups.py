@@ -7,6 +7,7 @@ from typing import Any
 
 from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
 
+from ...acls import CLUSTER_NAME, Operation, ResourceType
 from ..context import RequestContext
 from ..groups import GroupError, GroupErrorCode, GroupState
 from ..routes import Route
@@ -31,6 +32,13 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         listed = await ctx.broker.groups.list(states, types)
     except GroupError as exc:  # loading failed, or shutting down
         return ctx.response(throttle_time_ms=0, error_code=exc.code, groups=[])
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log=False):
+        # Kafka: without Describe on the cluster, the groups one may describe.
+        listed = [
+            g
+            async for g in ctx.broker.paced(listed)
+            if ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, g.group_id, log=False)
+        ]
     groups = [
         _Listed(
             group_id=g.group_id,

@@ -10,6 +10,7 @@ from kafka.protocol.consumer import ListOffsetsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 from tmsgate.storage import StorageError
 
+from ...acls import Operation, ResourceType
 from ...offsets import lookup
 from ..context import RequestContext
 from ..errors import error_of
@@ -48,7 +49,10 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     # asked about (unknown topics and partitions) are answered without an
     # await, which held the loop 180 ms in one piece.
     async for t in broker.paced(req.topics):
-        info, missing = await broker.topics.resolve(t.name)
+        if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name):
+            info, missing = await broker.topics.resolve(t.name)
+        else:
+            info, missing = None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
         parts = [
             await _partition(ctx, info, p, committed, missing)
             async for p in broker.paced(t.partitions)

@@ -8,6 +8,7 @@ from typing import Any
 from kafka.protocol.admin.transactions import ListTransactionsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..routes import Route
 from ..txn import TxnError, TxnState
@@ -34,6 +35,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             transaction_state=rec.state.value,
         )
         async for rec in ctx.broker.paced(listed)
+        if ctx.allowed(
+            Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, rec.transactional_id, log=False
+        )
     ]
     return ctx.response(
         throttle_time_ms=0,

@@ -17,6 +17,7 @@ from typing import Any
 from kafka.protocol.metadata import MetadataResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..routes import Route
 from ..topics import TopicInfo
@@ -77,9 +78,15 @@ async def _requested(ctx: RequestContext, req: Any) -> list[Any]:
             names[wanted.name] = None
     out = []
     async for name in broker.paced(names):
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+            out.append(_missing(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         info, code = await broker.topics.resolve(name)
         if info is None and code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and auto:
-            if creations_left:
+            if not ctx.may_create_topic(name):
+                # Kafka: a topic that would be created, for who may not, is not authorized.
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif creations_left:
                 creations_left -= 1
                 info, code = await broker.topics.resolve(name, True)
             else:
@@ -87,7 +94,7 @@ async def _requested(ctx: RequestContext, req: Any) -> list[Any]:
         out.append(_missing(name, code) if info is None else _topic(info, node))
     async for topic_id in broker.paced(ids):
         info = await broker.topics.by_uuid(topic_id)
-        if info is None:
+        if info is None or not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, info.name):
             out.append(_missing(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
         else:
             out.append(_topic(info, node))
@@ -99,7 +106,12 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     node = broker.config.node_id
     # v0 asks for all topics with an empty list, v1+ with null.
     if req.topics is None or (ctx.version == 0 and not req.topics):
-        topics = [_topic(info, node) async for info in broker.paced(await broker.topics.list())]
+        # Only the topics the principal may describe, as Kafka lists them.
+        topics = [
+            _topic(info, node)
+            async for info in broker.paced(await broker.topics.list())
+            if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, info.name, log=False)
+        ]
     else:
         topics = await _requested(ctx, req)
     brokers = [

@@ -9,17 +9,31 @@ from typing import Any
 from kafka.protocol.consumer import OffsetCommitResponse
 from tmsgate.protocol import ApiKey
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import OffsetCommit
+from ..groups import GroupErrorCode, OffsetCommit
 from ..routes import Route
 
 _Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 _Partition = _Topic.OffsetCommitResponsePartition
 
 
+async def _refused(ctx: RequestContext, req: Any) -> dict[str, GroupErrorCode]:
+    """Topics whose offsets are not committed, and why: Kafka needs Read on the group
+    (else every partition gets GROUP_AUTHORIZATION_FAILED) and on each topic."""
+    if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+        return {t.name: GroupErrorCode.GROUP_AUTHORIZATION_FAILED for t in req.topics}
+    return {
+        t.name: GroupErrorCode.TOPIC_AUTHORIZATION_FAILED
+        async for t in ctx.broker.paced(req.topics)
+        if not ctx.allowed(Operation.READ, ResourceType.TOPIC, t.name)
+    }
+
+
 async def handle(ctx: RequestContext, req: Any) -> Any:
     v = ctx.version
     paced = ctx.broker.paced  # a 1 MB request names ~60,000 partitions
+    refused = await _refused(ctx, req)
     items = [
         OffsetCommit(
             topic=t.name,
@@ -29,6 +43,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             metadata=p.committed_metadata,
         )
         async for t in paced(req.topics)
+        if t.name not in refused
         async for p in paced(t.partitions)
     ]
     codes = await ctx.broker.groups.commit(
@@ -44,7 +59,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             partitions=[
                 _Partition(
                     partition_index=p.partition_index,
-                    error_code=codes[(t.name, p.partition_index)],
+                    error_code=refused.get(t.name) or codes[(t.name, p.partition_index)],
                 )
                 async for p in paced(t.partitions)
             ],

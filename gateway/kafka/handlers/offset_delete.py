@@ -7,6 +7,7 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..groups import GroupErrorCode
 from ..routes import Route
@@ -21,14 +22,29 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         (t.name, [p.partition_index async for p in paced(t.partitions)])
         async for t in paced(req.topics)
     ]
-    code, codes = await ctx.broker.groups.delete_offsets(req.group_id, wanted)
+    if not ctx.allowed(Operation.DELETE, ResourceType.GROUP, req.group_id):
+        denied = GroupErrorCode.GROUP_AUTHORIZATION_FAILED
+        return ctx.response(error_code=denied, throttle_time_ms=0, topics=[])
+    refused = {
+        name
+        async for name, _ in paced(wanted)
+        if not ctx.allowed(Operation.READ, ResourceType.TOPIC, name)
+    }
+    code, codes = await ctx.broker.groups.delete_offsets(
+        req.group_id, [w for w in wanted if w[0] not in refused]
+    )
     topics = []
     if code is GroupErrorCode.NONE:
         topics = [
             _Topic(
                 name=name,
                 partitions=[
-                    _Partition(partition_index=p, error_code=codes.get((name, p), 0))
+                    _Partition(
+                        partition_index=p,
+                        error_code=GroupErrorCode.TOPIC_AUTHORIZATION_FAILED
+                        if name in refused
+                        else codes.get((name, p), 0),
+                    )
                     async for p in paced(partitions)
                 ],
             )

@@ -10,6 +10,7 @@ from typing import Any
 from kafka.protocol.consumer import OffsetFetchResponse
 from tmsgate.protocol import ApiKey
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..groups import FetchedOffset, GroupErrorCode
 from ..routes import Route
@@ -66,10 +67,35 @@ async def _stable_only(ctx: RequestContext, group_id: str, fetched: Fetched) -> 
     ]
 
 
+_DENIED_TOPIC = FetchedOffset(error=GroupErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
+async def _fetch(
+    ctx: RequestContext, group_id: str, topics: Any
+) -> tuple[GroupErrorCode, Fetched]:
+    """The group's committed offsets, as the principal may see them (Kafka): without
+    Describe on the group, GROUP_AUTHORIZATION_FAILED; a topic it may not describe is
+    left out of an all-topics answer, and named gets TOPIC_AUTHORIZATION_FAILED."""
+    wanted = await _wanted(ctx, topics)
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return GroupErrorCode.GROUP_AUTHORIZATION_FAILED, []
+    code, fetched = await ctx.broker.groups.fetch_offsets(group_id, wanted)
+    if not ctx.broker.authorizer.enabled:
+        return code, fetched
+    named = wanted is not None
+    out: Fetched = []
+    async for name, parts in ctx.broker.paced(fetched):
+        if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name, log=named):
+            out.append((name, parts))
+        elif named:
+            out.append((name, [(p, _DENIED_TOPIC) for p, _ in parts]))
+    return code, out
+
+
 async def _one_group(
     ctx: RequestContext, group_id: str, topics: Any, require_stable: bool = False
 ) -> Any:
-    code, fetched = await ctx.broker.groups.fetch_offsets(group_id, await _wanted(ctx, topics))
+    code, fetched = await _fetch(ctx, group_id, topics)
     if require_stable:
         fetched = await _stable_only(ctx, group_id, fetched)
     return _Group(
@@ -86,9 +112,11 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             async for g in ctx.broker.paced(req.groups)
         ]
         return ctx.response(throttle_time_ms=0, groups=groups)
-    code, fetched = await ctx.broker.groups.fetch_offsets(
-        req.group_id, await _wanted(ctx, req.topics)
-    )
+    code, fetched = await _fetch(ctx, req.group_id, req.topics)
+    if code == GroupErrorCode.GROUP_AUTHORIZATION_FAILED and ctx.version < 2:
+        # v1 has no top-level error: the named partitions carry it.
+        named = await _wanted(ctx, req.topics) or []
+        fetched = [(name, [(p, FetchedOffset()) for p in parts]) for name, parts in named]
     if ctx.version >= 7 and req.require_stable:
         fetched = await _stable_only(ctx, req.group_id, fetched)
     # v1 has no top-level error: a group error goes on every partition.

@@ -32,6 +32,7 @@ from tmsgate.protocol import (
 )
 from tmsgate.storage import StorageError, TopicNotFound
 
+from ...acls import Operation, ResourceType
 from ..context import CloseConnection, RequestContext
 from ..errors import FailureLog, error_of
 from ..producers import BatchRecord, check
@@ -322,7 +323,12 @@ def _completed(
 async def _topic(ctx: RequestContext, td: Any) -> tuple[str | None, TopicInfo | None, ErrorCode]:
     if ctx.version >= 13:
         info = await ctx.broker.topics.by_uuid(td.topic_id)
+        if info is not None and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, info.name):
+            # Kafka does not tell a topic id's name to who may not write it.
+            return None, None, ErrorCode.UNKNOWN_TOPIC_ID
         return None, info, ErrorCode.UNKNOWN_TOPIC_ID
+    if not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, td.name):
+        return td.name, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
     info, code = await ctx.broker.topics.resolve(td.name, auto_create=True)
     return td.name, info, code
 
@@ -338,6 +344,8 @@ async def _submit(
     name, info, missing = topic
     if acks not in (0, 1, -1):
         return _fail(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1")
+    if missing == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+        return _fail(missing, f"Not authorized to write to topic {name}")
     part = None if info is None else await ctx.broker.topics.partition(info, pd.index)
     if info is None or part is None:
         return _fail(
@@ -354,6 +362,10 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     writes: list[asyncio.Future[Outcome]] = []
     paced = ctx.broker.paced
     small = len(req.topic_data) == 1 and len(req.topic_data[0].partition_data) == 1
+    if req.transactional_id is not None and not ctx.allowed(
+        Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id
+    ):
+        return await _refuse_all(ctx, req, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if small:
         # One partition: what librdkafka sends (one request per partition), so the
         # shape of every produce spread over many topics. No pacing needed.
@@ -396,6 +408,23 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             responses = [_result(ctx, index, outcome) async for index, outcome in paced(parts)]
             topics.append(TopicResult(td.name, td.topic_id, responses))
     # Encoded directly, not through kafka-python's generic encoder: see ProduceResult.
+    return ProduceResult(ctx.version, topics)
+
+
+async def _refuse_all(ctx: RequestContext, req: Any, code: ErrorCode) -> Any:
+    """Every partition of the request gets ``code`` (a transactional id the principal
+    may not write); with acks=0 the connection closes, the client's only signal."""
+    ctx.release()
+    if req.acks == 0:
+        raise CloseConnection(f"acks=0 produce refused: {code.name}")
+    topics = [
+        TopicResult(
+            td.name,
+            td.topic_id,
+            [PartitionResult(pd.index, code, -1, -1, -1, None) for pd in td.partition_data],
+        )
+        async for td in ctx.broker.paced(req.topic_data)
+    ]
     return ProduceResult(ctx.version, topics)
 
 

@@ -7,13 +7,22 @@ from typing import Any
 
 from kafka.protocol.consumer import SyncGroupRequest
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import SyncRequest
+from ..groups import GroupErrorCode, SyncRequest
 from ..routes import Route
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     v = ctx.version
+    if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+        return ctx.response(
+            throttle_time_ms=0,
+            error_code=GroupErrorCode.GROUP_AUTHORIZATION_FAILED,
+            protocol_type=None,
+            protocol_name=None,
+            assignment=b"",
+        )
     # Paced: the leader's list (one per member, but a client may send any number).
     assignments = {
         a.member_id: bytes(a.assignment) async for a in ctx.broker.paced(req.assignments)

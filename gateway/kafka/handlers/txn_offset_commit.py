@@ -10,6 +10,7 @@ from typing import Any
 from kafka.protocol.producer.transaction import TxnOffsetCommitResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
+from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..groups import OffsetCommit
 from ..routes import Route
@@ -17,6 +18,22 @@ from ..txn import PendingOffset, TxnError, for_version
 
 _Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 _Partition = _Topic.TxnOffsetCommitResponsePartition
+
+
+def _denied(ctx: RequestContext, req: Any) -> dict[str, ErrorCode] | None:
+    """Kafka: Write on the transactional id, Read on the group and on each topic; the
+    topics refused, and why (None: all allowed). The offsets of the others are committed,
+    as Kafka does."""
+    if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return {t.name: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for t in req.topics}
+    if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+        return {t.name: ErrorCode.GROUP_AUTHORIZATION_FAILED for t in req.topics}
+    refused = {
+        t.name: ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        for t in req.topics
+        if not ctx.allowed(Operation.READ, ResourceType.TOPIC, t.name)
+    }
+    return refused or None
 
 
 async def _codes(ctx: RequestContext, req: Any, items: list[OffsetCommit]) -> dict[Any, int]:
@@ -64,7 +81,13 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         async for t in paced(req.topics)
         async for p in paced(t.partitions)
     ]
-    codes = await _codes(ctx, req, items)
+    denied = _denied(ctx, req)
+    if denied is None:
+        codes = await _codes(ctx, req, items)
+    else:
+        allowed = [i for i in items if i.topic not in denied]
+        codes = await _codes(ctx, req, allowed) if allowed else {}
+        codes.update({(i.topic, i.partition): denied[i.topic] for i in items if i.topic in denied})
     topics = [
         _Topic(
             name=t.name,
