@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(env TMSGATE_KAFKA_SECURITY)",
     )
     s.add_argument(
+        "--connections-max-reauth-ms",
+        type=int,
+        default=int(_env("TMSGATE_CONNECTIONS_MAX_REAUTH_MS", "0") or 0),
+        help="a SASL login lasts this long; the client must log in again on its connection "
+        "(KIP-368) or is disconnected (Kafka's connections.max.reauth.ms; 0: forever) "
+        "(env TMSGATE_CONNECTIONS_MAX_REAUTH_MS)",
+    )
+    s.add_argument(
         "--tls-cert",
         default=_env("TMSGATE_TLS_CERT", None),
         help="PEM certificate chain of the Kafka listener (ssl, sasl_ssl) (env TMSGATE_TLS_CERT)",
@@ -272,6 +280,7 @@ def _config(args: argparse.Namespace) -> object:
         transaction_max_timeout_ms=args.transaction_max_timeout_ms,
         security_protocol=args.kafka_security.upper(),
         sasl_mechanisms=_sasl_mechanisms(args),
+        connections_max_reauth_ms=max(0, args.connections_max_reauth_ms),
         **_tls(args),
         authorizer=args.authorizer == "acl",
         super_users=_principals(args.super_users),

@@ -66,6 +66,9 @@ class GatewayConfig:
     # gateway/users.py. docs/security.md.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanisms: tuple[str, ...] = ()
+    # Kafka's connections.max.reauth.ms: a SASL login lasts this long, then the client
+    # logs in again on the same connection (KIP-368) or is disconnected; 0: forever.
+    connections_max_reauth_ms: int = 0
     # SSL and SASL_SSL: the listener's certificate chain and key (PEM files), and the CA
     # whose client certificates are asked for and mapped to User:<CN> (None: none asked).
     tls_cert: str | None = None

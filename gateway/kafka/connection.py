@@ -30,6 +30,7 @@ from tmsgate.protocol import (
     encode_response,
 )
 
+from ..tls import transport_principal
 from .broker import Broker
 from .context import CloseConnection, RequestContext, Session
 from .handlers import api_versions
@@ -121,6 +122,8 @@ class ConnectionDriver:
         self.peer = stream.peer()
         self.conn = KafkaConnection(broker.config.max_request_bytes)
         self.session = Session(host=stream.peer_host())
+        if broker.config.security_protocol == "SSL":  # on SASL_SSL the login decides, as Kafka
+            self.session.principal = transport_principal(stream.transport)  # User:<CN>
         self._login_required = broker.config.security_protocol.startswith("SASL_")
         stream.frame_size = self.conn.frame_size  # refuses oversized frames before allocating
         self._slots = asyncio.Semaphore(broker.config.max_in_flight_per_connection)
@@ -237,13 +240,14 @@ class ConnectionDriver:
     async def _handle(self, handler: Any, ctx: RequestContext, previous: asyncio.Event) -> Any:
         await previous.wait()
         name = api_name(ctx.request.api_key)
-        if (
-            self._login_required
-            and self.session.principal is None
-            and ctx.request.api_key not in _BEFORE_LOGIN
-        ):
-            ctx.release()
-            raise CloseConnection(f"{name} request before the SASL login")
+        if self._login_required and ctx.request.api_key not in _BEFORE_LOGIN:
+            session = self.session
+            if session.principal is None:
+                ctx.release()
+                raise CloseConnection(f"{name} request before the SASL login")
+            if session.expires_at is not None and time.monotonic() >= session.expires_at:
+                ctx.release()  # Kafka closes a connection whose login has expired
+                raise CloseConnection(f"{name} request after the SASL session expired")
         started = time.perf_counter()
         try:
             return await handler(ctx, ctx.request.body)

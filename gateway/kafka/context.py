@@ -24,6 +24,9 @@ class Session:
     host: str = WILDCARD  # the client's IP address
     mechanism: str | None = None
     exchange: Exchange | None = None  # a login under way
+    # When the login ends (time.monotonic; None: never): past it, only a new login
+    # (KIP-368 re-authentication) is served on the connection.
+    expires_at: float | None = None
     # Set by a handler whose answer must be the connection's last (a failed login).
     close_after_answer: bool = False
 

@@ -31,9 +31,20 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         )
         session.close_after_answer = True
         return ctx.response(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=enabled)
-    if session.principal is not None or session.exchange is not None:
+    reauthenticating = session.principal is not None and broker.config.connections_max_reauth_ms
+    if session.exchange is not None or (session.principal is not None and not reauthenticating):
         session.close_after_answer = True
         return ctx.response(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=enabled)
+    if reauthenticating and req.mechanism != session.mechanism:
+        # Kafka: re-authentication must use the mechanism of the first login.
+        log.warning(
+            "connection %s: re-authentication with %s after a %s login",
+            ctx.peer,
+            req.mechanism,
+            session.mechanism,
+        )
+        session.close_after_answer = True
+        return ctx.response(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled)
     if req.mechanism not in enabled:
         log.info(
             "connection %s: SASL mechanism %r is not enabled (enabled: %s)",
