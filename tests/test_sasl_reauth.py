@@ -100,3 +100,37 @@ def test_an_expired_login_closes_the_connection(
         assert login(renewed, "ann", "ann-secret").error_code == ErrorCode.NONE
         assert renewed.request(MetadataRequest(topics=None), 1).brokers
         renewed.close()
+
+
+def test_librdkafka_logs_in_again_on_its_connection(
+    tmp_path_factory: pytest.TempPathFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """confluent-kafka's librdkafka (2.2+) re-authenticates before the lifetime ends, so its
+    connection is never closed for an expired login."""
+    from confluent_kafka import Producer
+
+    delivered: list[object] = []
+
+    def on_delivery(error: object, _message: object) -> None:
+        delivered.append(error)
+
+    for g in _gateway(tmp_path_factory, 1500):
+        producer = Producer(
+            {
+                "bootstrap.servers": g.bootstrap,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": "ann",
+                "sasl.password": "ann-secret",
+            }
+        )
+        with caplog.at_level("INFO", logger="tmsgate.kafka"):
+            deadline = time.monotonic() + 4.0  # more than two lifetimes
+            while time.monotonic() < deadline:
+                producer.produce("reauth", b"v", on_delivery=on_delivery)
+                producer.poll(0.2)
+            assert producer.flush(30) == 0
+        assert delivered and all(e is None for e in delivered)
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("re-authenticated as User:ann" in m for m in messages), messages
+        assert not any("session expired" in m for m in messages)

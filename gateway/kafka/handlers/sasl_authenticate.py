@@ -75,8 +75,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     again = session.principal is not None
     session.principal = current.principal
     metrics.logins.labels(mechanism, "ok").inc()
-    log.log(
-        logging.DEBUG if again else logging.INFO,
+    log.info(
         "connection %s: %s as %s (%s)",
         ctx.peer,
         "re-authenticated" if again else "authenticated",
