@@ -1,15 +1,24 @@
-"""What a SASL login costs: confluent-kafka produce and consume through a PLAINTEXT gateway and
-a SASL_PLAINTEXT one (SCRAM-SHA-256), each a `tmsgate serve` this script starts on a
+"""What a SASL login, TLS and ACLs cost: confluent-kafka produce and consume through
+gateways with each Kafka security protocol, each a `tmsgate serve` this script starts on a
 temporary LevelDB store.
 
-    .venv/bin/python bench/sasl_bench.py [--records 200000] [--runs 3]
+    .venv/bin/python bench/sasl_bench.py [--records 200000] [--runs 3] [--modes a,b,...]
 
-Measured, each the median of --runs runs alternating between the two gateways, 1 KiB
-values, one partition, a fresh topic per run: produce msgs/s (acks=all, linger.ms=5,
+Modes (all by default, in this order):
+  plaintext       PLAINTEXT
+  sasl_scram      SASL_PLAINTEXT, SCRAM-SHA-256
+  ssl             SSL (server certificate only; TLS 1.3, the client's default)
+  sasl_ssl_scram  SASL_SSL, SCRAM-SHA-256
+  sasl_ssl_acl    SASL_SSL, SCRAM-SHA-256, --authorizer acl: the bench user is no super
+                  user; PREFIXED ALLOW ALL bindings on its topics and groups (made by an
+                  admin user through CreateAcls) let it in, so every request is checked
+
+Measured, each the median of --runs runs alternating between the gateways, 1 KiB values,
+one partition, a fresh topic per run: produce msgs/s (acks=all, linger.ms=5,
 batch.size=1000000, timed from the first send to the last delivery report) and consume
-msgs/s (assign + seek to 0, to the end). The login happens once per connection, so the
-difference is the per-request check, within the noise of this 2-core machine.
-Progress goes to stderr, one JSON summary to stdout.
+msgs/s (assign + seek to 0, to the end). Logins and TLS handshakes happen once per
+connection, outside the timing. The TLS certificates are made by trustme (the test extra)
+in the temporary directory. Progress goes to stderr, one JSON summary to stdout.
 """
 
 from __future__ import annotations
@@ -33,36 +42,100 @@ from kafka_clients_bench import free_port, stop, wait_for_port
 
 TMSGATE = Path(sys.executable).with_name("tmsgate")
 USER, PASSWORD = "bench", "bench-secret"
+ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 VALUE = b"v" * 1024
+TOPIC_PREFIX = "sasl-bench-"
+GROUP_PREFIX = "bench-"
+MODES = ("plaintext", "sasl_scram", "ssl", "sasl_ssl_scram", "sasl_ssl_acl")
+
+
+def add_user(store: str, name: str, password: str) -> None:
+    subprocess.run(
+        [str(TMSGATE), "users", "add", name, "--password-stdin", "--store", store],
+        input=password + "\n", text=True, check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def make_certificates(workdir: Path) -> tuple[str, str, str]:
+    """(CA, server chain, server key) PEM files for 127.0.0.1."""
+    import trustme  # the test extra: pip install -e '.[test]'
+
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    paths = [workdir / n for n in ("ca.pem", "server.pem", "server.key")]
+    ca.cert_pem.write_to_path(str(paths[0]))
+    paths[1].write_bytes(b"".join(b.bytes() for b in server.cert_chain_pems))
+    server.private_key_pem.write_to_path(str(paths[2]))
+    return str(paths[0]), str(paths[1]), str(paths[2])
+
+
+def scram(user: str, password: str) -> dict[str, str]:
+    return {"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": password}
 
 
 @contextlib.contextmanager
-def gateway(sasl: bool) -> Iterator[dict[str, str]]:
+def gateway(mode: str) -> Iterator[dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="tmsgate-sasl-bench-") as workdir:
         store = f"leveldb://{workdir}/store"
-        conf = {"bootstrap.servers": f"127.0.0.1:{free_port()}"}
-        extra: list[str] = []
-        if sasl:
-            subprocess.run(
-                [str(TMSGATE), "users", "add", USER, "--password-stdin", "--store", store],
-                input=PASSWORD + "\n", text=True, check=True, capture_output=True,
-            )  # fmt: skip
-            extra = ["--kafka-security", "sasl_plaintext", "--sasl-mechanisms", "SCRAM-SHA-256"]
-            conf |= {
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "SCRAM-SHA-256",
-                "sasl.username": USER,
-                "sasl.password": PASSWORD,
-            }
-        listen = conf["bootstrap.servers"]
+        listen = f"127.0.0.1:{free_port()}"
+        conf = {"bootstrap.servers": listen}
+        security = {"plaintext": "plaintext", "sasl_scram": "sasl_plaintext", "ssl": "ssl"}.get(
+            mode, "sasl_ssl"
+        )
+        extra = ["--kafka-security", security]
+        conf["security.protocol"] = security.upper()
+        if security.startswith("sasl"):
+            add_user(store, USER, PASSWORD)
+            extra += ["--sasl-mechanisms", "SCRAM-SHA-256"]
+            conf |= scram(USER, PASSWORD)
+        if security.endswith("ssl"):
+            ca, cert, key = make_certificates(Path(workdir))
+            extra += ["--tls-cert", cert, "--tls-key", key]
+            conf["ssl.ca.location"] = ca
+        if mode == "sasl_ssl_acl":
+            add_user(store, ADMIN, ADMIN_PASSWORD)
+            extra += ["--authorizer", "acl", "--super-users", f"User:{ADMIN}"]
         cmd = [str(TMSGATE), "serve", "--store", store, "--kafka-listen", listen, "--no-http"]
         proc = subprocess.Popen([*cmd, *extra, "--log-level", "WARNING"])
         try:
             host, port = listen.split(":")
             wait_for_port(proc, (host, int(port)))
+            if mode == "sasl_ssl_acl":
+                grant(conf | scram(ADMIN, ADMIN_PASSWORD))
             yield conf
         finally:
             stop(proc)
+
+
+def grant(admin_conf: dict[str, str]) -> None:
+    """ALLOW ALL for the bench user on its topics and groups, IdempotentWrite on the
+    cluster (the producer is idempotent by default), through CreateAcls as an admin."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    def allow(rtype: ResourceType, name: str, pattern: ResourcePatternType, op: AclOperation):
+        return AclBinding(rtype, name, pattern, f"User:{USER}", "*", op, AclPermissionType.ALLOW)
+
+    prefixed = ResourcePatternType.PREFIXED
+    bindings = [
+        allow(ResourceType.TOPIC, TOPIC_PREFIX, prefixed, AclOperation.ALL),
+        allow(ResourceType.GROUP, GROUP_PREFIX, prefixed, AclOperation.ALL),
+        allow(
+            ResourceType.BROKER,
+            "kafka-cluster",
+            ResourcePatternType.LITERAL,
+            AclOperation.IDEMPOTENT_WRITE,
+        ),
+    ]
+    admin = AdminClient(admin_conf)  # referenced until the futures are done
+    for future in admin.create_acls(bindings, request_timeout=30).values():
+        future.result()
 
 
 def produce(conf: dict[str, str], topic: str, n: int) -> float:
@@ -85,7 +158,7 @@ def consume(conf: dict[str, str], topic: str, n: int) -> float:
     c = Consumer(
         {
             **conf,
-            "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "group.id": f"{GROUP_PREFIX}{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "fetch.queue.backoff.ms": 10,  # as kafka_clients_bench.py: no idle second
@@ -95,7 +168,11 @@ def consume(conf: dict[str, str], topic: str, n: int) -> float:
     got, started = 0, time.perf_counter()
     while got < n + 1:
         # Never ask for more than is left: consume() waits its whole timeout for the rest.
-        got += sum(1 for m in c.consume(min(10_000, n + 1 - got), 5) if not m.error())
+        batch = c.consume(min(10_000, n + 1 - got), 5)
+        for m in batch:
+            if m.error():
+                raise RuntimeError(f"consume failed: {m.error()}")
+        got += len(batch)
     rate = (n + 1) / (time.perf_counter() - started)
     c.close()
     return rate
@@ -105,17 +182,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--modes", default=",".join(MODES), help=f"some of {', '.join(MODES)}")
     args = ap.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if unknown := set(modes) - set(MODES):
+        ap.error(f"unknown modes {sorted(unknown)}; expected some of {', '.join(MODES)}")
     samples: dict[str, list[float]] = {}
     for run in range(args.runs):
-        for sasl in (False, True):
-            name = "sasl_scram" if sasl else "plaintext"
-            with gateway(sasl) as conf:
-                topic = f"sasl-bench-{uuid.uuid4().hex[:8]}"
+        for mode in modes:
+            with gateway(mode) as conf:
+                topic = f"{TOPIC_PREFIX}{uuid.uuid4().hex[:8]}"
                 for what, fn in (("produce", produce), ("consume", consume)):
                     rate = fn(conf, topic, args.records)
-                    samples.setdefault(f"{name}_{what}", []).append(rate)
-                    print(f"run {run + 1} {name} {what}: {rate:,.0f} msgs/s", file=sys.stderr)
+                    samples.setdefault(f"{mode}_{what}", []).append(rate)
+                    print(f"run {run + 1} {mode} {what}: {rate:,.0f} msgs/s", file=sys.stderr)
     report = {
         k: {"median": round(statistics.median(v)), "runs": [round(x) for x in v]}
         for k, v in samples.items()

@@ -17,6 +17,7 @@ from ._async import AsyncMessagingClient, AsyncTransactionClient, AsyncTransacti
 from ._errors import (
     BadRequest,
     Conflict,
+    Forbidden,
     NotFound,
     PayloadTooLarge,
     ServerError,
@@ -27,6 +28,7 @@ from ._errors import (
     TopicNotFound,
     TransactionConflict,
     TransactionInDoubt,
+    Unauthorized,
     UnsupportedMediaType,
 )
 from ._scope import Participant, current_transaction
@@ -54,6 +56,7 @@ __all__ = [
     "BadRequest",
     "Conflict",
     "Encoding",
+    "Forbidden",
     "Message",
     "MessagingClient",
     "NotFound",
@@ -76,6 +79,7 @@ __all__ = [
     "TransactionList",
     "TxState",
     "TxStatus",
+    "Unauthorized",
     "UnsupportedMediaType",
     "current_transaction",
 ]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import ssl
 from collections.abc import AsyncIterator, Callable, Generator
 from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
 
-from ._calls import Call, Payloads, TopicCalls, TransactionCalls
+from ._calls import Call, Payloads, TopicCalls, TransactionCalls, http_options
 from ._errors import TmsConnectionError
 from ._scope import Flush, Pause, Scope, Step
 from ._sync import DEFAULT_TIMEOUT_S
@@ -67,9 +69,13 @@ class AsyncMessagingClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         encoding: Encoding | str = Encoding.AVRO,
         http: httpx.AsyncClient | None = None,
+        token: str | None = None,
+        auth: tuple[str, str] | None = None,
+        verify: bool | str | os.PathLike[str] | ssl.SSLContext = True,
     ) -> None:
+        options = http_options(token, auth, verify, http)
         self._own_http = http is None
-        self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
+        self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout, **options)
         self._topics = TopicCalls(namespace, Encoding(encoding))
         self.transactions = AsyncTransactionClient(self._http)
 

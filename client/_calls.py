@@ -7,6 +7,8 @@ way (the sans-I/O split the house style takes from h11).
 from __future__ import annotations
 
 import json
+import os
+import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -50,6 +52,26 @@ class Call(Generic[T]):
         if 200 <= status < 300:
             return self.parse(content)
         raise error_from_response(status, content, not_found=self.not_found, conflict=self.conflict)
+
+
+def http_options(
+    token: str | None, auth: tuple[str, str] | None, verify: Any, http: object | None
+) -> dict[str, Any]:
+    """The httpx client options of a client's credentials and TLS verification: a bearer
+    token or Basic ``auth`` (user, password), sent with every request; ``verify`` True
+    (the system's CAs), False, a CA bundle's path or an ssl.SSLContext."""
+    if token is not None and auth is not None:
+        raise ValueError("give token= or auth=, not both")
+    if http is not None and (token is not None or auth is not None or verify is not True):
+        raise ValueError("with http=, set credentials and verify on that httpx client")
+    if isinstance(verify, str | os.PathLike):
+        verify = ssl.create_default_context(cafile=os.fspath(verify))
+    options: dict[str, Any] = {"verify": verify}
+    if token is not None:
+        options["headers"] = {"Authorization": f"Bearer {token}"}
+    if auth is not None:
+        options["auth"] = auth  # httpx sends Basic with every request
+    return options
 
 
 def _json(content: bytes) -> Any:

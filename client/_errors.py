@@ -44,6 +44,16 @@ class BadRequest(TmsError):
     """400: the request was refused as malformed (bad name, ttl, body...)."""
 
 
+class Unauthorized(TmsError):
+    """401: no credentials, or wrong ones (token=, auth= of the client), and the gateway
+    requires them; Basic over plain HTTP too."""
+
+
+class Forbidden(TmsError):
+    """403: the gateway's ACLs do not let the principal do this (the message names the
+    operation and the resource)."""
+
+
 class NotFound(TmsError):
     """404."""
 
@@ -104,6 +114,8 @@ class TransactionInDoubt(TmsError):
 
 _BY_STATUS: dict[int, type[TmsError]] = {
     400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
     404: NotFound,
     409: Conflict,
     413: PayloadTooLarge,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
@@ -9,7 +11,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ._calls import Call, Payloads, TopicCalls, TransactionCalls
+from ._calls import Call, Payloads, TopicCalls, TransactionCalls, http_options
 from ._errors import TmsConnectionError
 from ._scope import Flush, Pause, Scope, Step, Steps
 from ._types import Message, RollbackDetail, TopicInfo, Transaction, TransactionList, TxStatus
@@ -72,9 +74,13 @@ class MessagingClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         encoding: Encoding | str = Encoding.AVRO,
         http: httpx.Client | None = None,
+        token: str | None = None,
+        auth: tuple[str, str] | None = None,
+        verify: bool | str | os.PathLike[str] | ssl.SSLContext = True,
     ) -> None:
+        options = http_options(token, auth, verify, http)
         self._own_http = http is None
-        self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        self._http = http or httpx.Client(base_url=base_url, timeout=timeout, **options)
         self._topics = TopicCalls(namespace, Encoding(encoding))
         self.transactions = TransactionClient(self._http)
 

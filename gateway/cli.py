@@ -145,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("none", "required"),
         default=_env("TMSGATE_HTTP_AUTH", "none"),
         help="required: HTTP requests name a user, by HTTP Basic (HTTPS only) or a bearer "
-        "token of `tmsgate users token`; /healthz stays open (env TMSGATE_HTTP_AUTH)",
+        "token of `tmsgate users token`; /healthz, /readyz and /openapi.json stay open "
+        "(env TMSGATE_HTTP_AUTH)",
     )
     s.add_argument(
         "--no-http",

@@ -109,7 +109,7 @@ class Services:
             host, port = self.http_server.address
             if host in ("0.0.0.0", "::"):  # every interface: the one Kafka clients use
                 host = self.broker.advertised_host
-            self.broker.http_url = f"http://{host}:{port}"
+            self.broker.http_url = f"{self.http_server.scheme}://{host}:{port}"
         if config.metrics_listen is not None:
             self.metrics.serve(*config.metrics_listen)
             log.info("metrics on http://%s:%d/metrics", *config.metrics_listen)
@@ -209,7 +209,7 @@ def _log_ready(services: Services, config: ServeConfig) -> None:
         port,
         broker.advertised_host,
         broker.advertised_port,
-        "; HTTP API on http://{}:{}".format(*http.address) if http is not None else "",
+        "; HTTP API on {}://{}:{}".format(http.scheme, *http.address) if http is not None else "",
         config.store_url,
         config.kafka.namespace,
         "on" if config.kafka.auto_create_topics else "off",

@@ -11,6 +11,8 @@ import hashlib
 import hmac
 import json
 import re
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scramp import ScramMechanism
@@ -59,6 +61,19 @@ def make_entry(mechanism: str, password: str, iterations: int = DEFAULT_ITERATIO
     return ScramEntry(salt, stored, server, its)
 
 
+def entry_from_salted_password(
+    mechanism: str, salt: bytes, salted_password: bytes, iterations: int
+) -> ScramEntry:
+    """The entry for what AlterUserScramCredentials sends (KIP-554): the client salts and
+    hashes the password, SaltedPassword = Hi(password, salt, i), and the server keeps
+    StoredKey = H(HMAC(SaltedPassword, "Client Key")), ServerKey = HMAC(SaltedPassword,
+    "Server Key"), as Kafka's controller does."""
+    algo = _HASH[mechanism]
+    client_key = hmac.new(salted_password, b"Client Key", algo).digest()
+    server_key = hmac.new(salted_password, b"Server Key", algo).digest()
+    return ScramEntry(salt, hashlib.new(algo, client_key).digest(), server_key, iterations)
+
+
 def password_matches(entry: ScramEntry, mechanism: str, password: str) -> bool:
     """RFC 5802: StoredKey = H(HMAC(Hi(password, salt, i), "Client Key"))."""
     algo = _HASH[mechanism]
@@ -94,6 +109,9 @@ class Users:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        # One user's row is read, changed and written back: changes of one process (the
+        # gateway's I/O threads) go one at a time, so none is lost.
+        self._lock = threading.Lock()
 
     def entries(self, name: str) -> dict[str, ScramEntry]:
         raw = self._store.get_state(AREA, name)
@@ -106,21 +124,49 @@ class Users:
         self, name: str, mechanism: str, password: str, iterations: int = DEFAULT_ITERATIONS
     ) -> None:
         """Add the user, or replace its credential for ``mechanism`` (others stay)."""
-        entries = self.entries(check_name(name))
-        entries[mechanism] = make_entry(mechanism, password, iterations)
-        self._store.put_state(AREA, name, _encode(entries))
+        check_name(name)
+        entry = make_entry(mechanism, password, iterations)
+        with self._lock:
+            entries = self.entries(name)
+            entries[mechanism] = entry
+            self._store.put_state(AREA, name, _encode(entries))
+
+    def alter(self, changes: Mapping[tuple[str, str], ScramEntry | None]) -> set[tuple[str, str]]:
+        """Set (an entry) or delete (None) credentials of (user, mechanism) in one durable
+        write, all or none (AlterUserScramCredentials). Deleting a credential that does not
+        exist changes nothing: those deletions are returned."""
+        for (name, _), entry in changes.items():
+            if entry is not None:
+                check_name(name)
+        missing: set[tuple[str, str]] = set()
+        touched: dict[str, dict[str, ScramEntry]] = {}
+        with self._lock:
+            for (name, mechanism), entry in changes.items():
+                entries = touched[name] if name in touched else self.entries(name)
+                if entry is None and entries.pop(mechanism, None) is None:
+                    missing.add((name, mechanism))
+                    continue
+                if entry is not None:
+                    entries[mechanism] = entry
+                touched[name] = entries
+            if touched:
+                self._store.put_states(
+                    {(AREA, n): _encode(e) if e else None for n, e in touched.items()}
+                )
+        return missing
 
     def delete(self, name: str, mechanism: str | None = None) -> bool:
         """Drop one mechanism's credential, or the user; False if there was nothing."""
-        entries = self.entries(name)
-        if not entries or (mechanism is not None and mechanism not in entries):
-            return False
-        if mechanism is None:
-            entries.clear()
-        else:
-            del entries[mechanism]
-        self._store.put_state(AREA, name, _encode(entries) if entries else None)
-        return True
+        with self._lock:
+            entries = self.entries(name)
+            if not entries or (mechanism is not None and mechanism not in entries):
+                return False
+            if mechanism is None:
+                entries.clear()
+            else:
+                del entries[mechanism]
+            self._store.put_state(AREA, name, _encode(entries) if entries else None)
+            return True
 
     def list(self) -> dict[str, dict[str, int]]:
         """name -> {mechanism: iterations}."""

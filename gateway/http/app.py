@@ -1,5 +1,6 @@
 """The Starlette app of the HTTP API: one route table built from the handler areas, each
-handler wrapped once with its metrics and the one error answer."""
+handler wrapped once with its metrics, the one error answer, and its authentication and
+ACL check (access.py, one permission table for every route)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 from tmsgate.storage import StoreClosed
 
+from .access import Access
 from .config import HttpConfig
 from .errors import error_response, json_response
 from .messages import MessageHandlers
@@ -94,7 +96,9 @@ def dispatch(by_method: dict[str, Handler]) -> Handler:
     return endpoint
 
 
-def build_routes(services: Services, config: HttpConfig, metrics: HttpMetrics) -> list[Route]:
+def build_routes(
+    services: Services, config: HttpConfig, metrics: HttpMetrics, access: Access
+) -> list[Route]:
     paths: dict[str, dict[str, Handler]] = {}
     for area in (*AREAS, Probes):
         handlers = area(services, config)  # type: ignore[operator]
@@ -102,7 +106,8 @@ def build_routes(services: Services, config: HttpConfig, metrics: HttpMetrics) -
             by_method = paths.setdefault(path, {})
             if method in by_method:
                 raise ValueError(f"two handlers for {method} {path}")
-            by_method[method] = instrument(name, getattr(handlers, name), metrics.observer(name))
+            guarded = access.guard(name, getattr(handlers, name))
+            by_method[method] = instrument(name, guarded, metrics.observer(name))
     return [
         Route(path, AsgiEndpoint(dispatch(by_method)), methods=list(by_method))
         for path, by_method in paths.items()
@@ -138,6 +143,6 @@ def build_app(services: Services, config: HttpConfig) -> Starlette:
         return response
 
     return Starlette(
-        routes=build_routes(services, config, metrics),
+        routes=build_routes(services, config, metrics, Access(services, config)),
         exception_handlers={HTTPException: http_exception},
     )

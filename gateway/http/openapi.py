@@ -301,6 +301,10 @@ AVRO_SCHEMAS = {
 
 ERRORS = {
     400: "bad request: a malformed body, name or value (the message says which)",
+    401: "no credentials, or wrong ones, and the gateway requires them (--http-auth "
+    "required); the WWW-Authenticate header names the schemes",
+    403: "the principal's ACLs do not allow this (the message names the operation and "
+    "the resource)",
     404: "no such topic",
     409: "conflict: the topic exists, or the transaction is not in progress (see state)",
     413: "the body is larger than the server's limit",
@@ -311,10 +315,37 @@ ERRORS = {
 
 
 def errors(*statuses: int) -> dict[str, Any]:
-    return {
+    """The error answers of an operation; every one behind authentication can get 401, 403."""
+    answers = {
         str(s): {"description": ERRORS[s], "content": {JSON_TYPE: {"schema": ref("Error")}}}
-        for s in statuses
+        for s in (*statuses, 401, 403)
     }
+    answers["401"]["headers"] = CHALLENGE_HEADER
+    return answers
+
+
+CHALLENGE_HEADER = {
+    "WWW-Authenticate": {
+        "description": 'the schemes: Basic realm="tmsgate", Bearer',
+        "schema": {"type": "string"},
+    }
+}
+# HTTP Basic (over HTTPS only) or a bearer token of `tmsgate users token`; none (the empty
+# requirement) when the gateway runs with --http-auth none.
+SECURITY = [{"basic": []}, {"bearer": []}, {}]
+SECURITY_SCHEMES = {
+    "basic": {
+        "type": "http",
+        "scheme": "basic",
+        "description": "a user's password (tmsgate users add); refused over plain HTTP",
+    },
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "a token of `tmsgate users token NAME`",
+    },
+}
+OPEN: dict[str, Any] = {"security": []}  # probes and this document: no credentials
 
 
 def json_ok(name: str, description: str = "OK") -> dict[str, Any]:
@@ -539,7 +570,7 @@ def paths() -> dict[str, Any]:
             "get": op(
                 "listTransactions",
                 "Transactions in progress and the invalid list",
-                json_ok("TransactionList"),
+                {**json_ok("TransactionList"), **errors()},
             ),
         },
         tx + "/snapshot": {
@@ -553,7 +584,8 @@ def paths() -> dict[str, Any]:
                             JSON_TYPE: {"schema": ref("Transaction")},
                             AVRO_TYPE: {"schema": {"type": "string", "format": "binary"}},
                         },
-                    }
+                    },
+                    **errors(),
                 },
             ),
         },
@@ -586,7 +618,9 @@ def paths() -> dict[str, Any]:
             }
             for action in ("abort", "invalidate")
         },
-        "/healthz": {"get": op("healthz", "200 while the process serves", json_ok("Status"))},
+        "/healthz": {
+            "get": op("healthz", "200 while the process serves", json_ok("Status"), **OPEN)
+        },
         "/readyz": {
             "get": op(
                 "readyz",
@@ -598,6 +632,7 @@ def paths() -> dict[str, Any]:
                         "content": {JSON_TYPE: {"schema": ref("Error")}},
                     },
                 },
+                **OPEN,
             )
         },
         "/openapi.json": {
@@ -605,6 +640,7 @@ def paths() -> dict[str, Any]:
                 "openapi",
                 "This document",
                 {"200": {"description": "OpenAPI 3.0", "content": {JSON_TYPE: {"schema": {}}}}},
+                **OPEN,
             )
         },
     }
@@ -620,10 +656,14 @@ def build() -> dict[str, Any]:
             "and its transaction service, over the store Kafka clients use too. Bodies of "
             "publish, store, rollback and poll are Avro binary (Content-Type: avro/binary) "
             "or Avro JSON (application/json, the default). Errors are JSON "
-            '{"error": kind, "message": text}.',
+            '{"error": kind, "message": text}. With --http-auth required every operation '
+            "but the probes and this document needs HTTP Basic (over HTTPS) or a bearer "
+            "token (401 without); with ACLs on, 403 when the principal may not "
+            "(docs/security.md).",
         },
+        "security": SECURITY,
         "paths": paths(),
-        "components": {"schemas": SCHEMAS},
+        "components": {"schemas": SCHEMAS, "securitySchemes": SECURITY_SCHEMES},
     }
 
 

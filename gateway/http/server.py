@@ -4,6 +4,7 @@ The gateway owns the process: its signals, its logging, its loop. uvicorn only p
 HTTP and calls the app, so its signal handlers are off, its lifespan is off, and its
 loggers say only warnings. The socket is bound here first, so that a busy port is an
 OSError to the caller (uvicorn would exit the process) and port 0 gets a real port.
+With ``tls_cert`` and ``tls_key`` it serves HTTPS only (uvicorn's TLS: TLS 1.2 or later).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -58,6 +60,23 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def check_tls(cfg: HttpConfig) -> None:
+    """Load the certificate and key once before serving, so that a missing or wrong file
+    is an OSError that names them (uvicorn's says only "No such file or directory")."""
+    if not (cfg.tls_cert and cfg.tls_key):
+        raise OSError(
+            "HTTPS needs both a certificate and its key (--http-tls-cert, --http-tls-key)"
+        )
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            cfg.tls_cert, cfg.tls_key
+        )
+    except (OSError, ValueError) as exc:
+        raise OSError(
+            f"HTTPS certificate {cfg.tls_cert} and key {cfg.tls_key} do not load: {exc}"
+        ) from None
+
+
 class HttpServer:
     def __init__(self, services: Services, config: HttpConfig) -> None:
         self.config = config
@@ -68,6 +87,8 @@ class HttpServer:
 
     async def start(self) -> tuple[str, int]:
         cfg = self.config
+        if cfg.tls_cert or cfg.tls_key:
+            check_tls(cfg)
         sock = bind(cfg.host, cfg.port)
         self.address = sock.getsockname()[:2]
         server = _EmbeddedServer(
@@ -84,6 +105,8 @@ class HttpServer:
                 backlog=2048,
                 timeout_keep_alive=cfg.keep_alive_s,
                 timeout_graceful_shutdown=cfg.shutdown_grace_s,
+                ssl_certfile=cfg.tls_cert,
+                ssl_keyfile=cfg.tls_key,
             )
         )
         self._server = server
@@ -95,8 +118,17 @@ class HttpServer:
             sock.close()
             await self._task  # raises what stopped it
             raise RuntimeError("the HTTP server stopped before it listened")
-        log.debug("HTTP API on http://%s:%d", *self.address)
+        log.debug("HTTP API on %s://%s:%d", self.scheme, *self.address)
+        if cfg.auth_required and not cfg.tls_cert:
+            log.warning(
+                "HTTP API: authentication is required over plain HTTP: HTTP Basic is refused "
+                "and bearer tokens travel in the clear (--http-tls-cert, --http-tls-key)"
+            )
         return self.address
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.config.tls_cert else "http"
 
     async def stop(self) -> None:
         """Stop accepting; requests in flight finish (for shutdown_grace_s at most)."""

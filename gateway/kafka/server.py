@@ -1,17 +1,32 @@
 """The Kafka TCP listener. It only accepts sockets and hands each to a ConnectionDriver;
-all protocol work happens in tmsgate.protocol and the handlers."""
+all protocol work happens in tmsgate.protocol and the handlers.
+
+On a TLS listener (SSL, SASL_SSL) each accepted socket first goes through the TLS
+handshake (``loop.connect_accepted_socket``: on the event loop, which it does not block,
+bounded by TLS_HANDSHAKE_TIMEOUT_S), and only a connection whose handshake succeeded gets
+a FrameStream and a driver. A failed handshake (a plaintext client, an untrusted or
+missing client certificate, a client that stalls) closes the socket and is logged with
+the reason; asyncio's own ``create_server(ssl=...)`` would drop it silently.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import ssl
+from collections.abc import Callable
+from typing import Any
 
+from .. import tls
 from .broker import Broker
 from .connection import ConnectionDriver
 from .stream import FrameStream, ReceiveBudget
 
 log = logging.getLogger("tmsgate.kafka.server")
+# A TLS handshake not done within this (or connections.max.idle.ms, if shorter) fails.
+TLS_HANDSHAKE_TIMEOUT_S = 60.0
 
 
 class KafkaServer:
@@ -20,6 +35,8 @@ class KafkaServer:
         self._server: asyncio.Server | None = None
         self._drivers: set[ConnectionDriver] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._handshakes: set[asyncio.Task[None]] = set()
+        self._tls: ssl.SSLContext | None = None
         # One budget for the bytes of requests being received on every connection.
         self.receive_budget = ReceiveBudget(broker.config.queued_max_request_bytes)
         self.address: tuple[str, int] = (broker.config.host, broker.config.port)
@@ -27,8 +44,9 @@ class KafkaServer:
     async def start(self) -> tuple[str, int]:
         cfg = self.broker.config
         loop = asyncio.get_running_loop()
+        self._tls = tls.listener_context(cfg)  # raises TlsConfigError before listening
         self._server = await loop.create_server(
-            lambda: FrameStream(self._opened, self.receive_budget),
+            self._protocol,
             cfg.host,
             cfg.port,
             backlog=1024,
@@ -53,6 +71,54 @@ class KafkaServer:
     @property
     def connection_count(self) -> int:
         return len(self._drivers)
+
+    def _protocol(self) -> asyncio.BaseProtocol:
+        if self._tls is not None:
+            return _TlsAccept(self._handshake)
+        return FrameStream(self._opened, self.receive_budget)
+
+    def _handshake(self, sock: socket.socket, peer: str) -> None:
+        task = asyncio.ensure_future(self._secure(sock, peer))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _secure(self, sock: socket.socket, peer: str) -> None:
+        """The TLS handshake; its FrameStream opens (and gets a driver) once it succeeded."""
+        handshake = tls.Handshake()
+        attempt = asyncio.ensure_future(self._connect(sock, handshake))
+        handshake.on_failure = attempt.cancel  # the alert is written: close the socket
+        try:
+            transport, _ = await attempt
+        except (Exception, asyncio.CancelledError) as exc:  # the loop closed the socket
+            # After a failure the alert went out: cancelled by on_failure, or closed after it.
+            if handshake.error is None and isinstance(exc, asyncio.CancelledError):
+                raise  # the server is stopping
+            if handshake.error is None and isinstance(exc, ConnectionResetError):
+                log.debug("connection %s closed by the client during the TLS handshake", peer)
+                return  # gone without a word: a port probe, say
+            reason = tls.handshake_failure(handshake.error or exc)
+            log.info("closing connection %s: TLS handshake failed: %s", peer, reason)
+            return
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "connection %s: %s %s, client certificate %s",
+                peer,
+                transport.get_extra_info("ssl_object").version(),
+                transport.get_extra_info("cipher")[0],
+                tls.transport_principal(transport) or "none",
+            )
+
+    async def _connect(self, sock: socket.socket, handshake: tls.Handshake) -> Any:
+        assert self._tls is not None
+        tls.current_handshake.set(handshake)  # this task's context: the transport's too
+        idle = self.broker.config.idle_timeout_s
+        timeout = min(idle, TLS_HANDSHAKE_TIMEOUT_S) if idle > 0 else TLS_HANDSHAKE_TIMEOUT_S
+        return await asyncio.get_running_loop().connect_accepted_socket(
+            lambda: FrameStream(self._opened, self.receive_budget),
+            sock,
+            ssl=self._tls,
+            ssl_handshake_timeout=timeout,
+        )
 
     def _opened(self, stream: FrameStream) -> None:
         # The driver exists before the first bytes are received: it sets the frame limit.
@@ -82,6 +148,8 @@ class KafkaServer:
         then close every connection."""
         if self._server is not None:
             self._server.close()
+        for task in list(self._handshakes):
+            task.cancel()  # start_tls closes the socket
         self.broker.begin_shutdown()
         drivers = list(self._drivers)
         for d in drivers:
@@ -99,3 +167,32 @@ class KafkaServer:
             d.abort()
         if self._server is not None:
             await self._server.wait_closed()
+
+
+class _TlsAccept(asyncio.Protocol):
+    """Takes a TLS listener's accepted socket from the plain transport the server made for
+    it, before anything is read from it, for ``connect_accepted_socket`` to do the
+    handshake. (``loop.start_tls`` on that transport would lose the ClientHello under
+    uvloop, which starts reading as soon as ``connection_made`` returns; and asyncio's
+    ``create_server(ssl=...)`` drops a failed handshake without telling anyone.)"""
+
+    def __init__(self, on_socket: Callable[[socket.socket, str], None]) -> None:
+        self._on_socket = on_socket
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        raw = transport.get_extra_info("socket")
+        try:
+            sock = socket.socket(fileno=os.dup(raw.fileno()))
+        except OSError as exc:  # out of file descriptors
+            log.warning("closing connection %s: %s", _peer(transport), exc)
+            transport.abort()
+            return
+        # The duplicate keeps the connection open; nothing was read or registered for
+        # reading on the original, which the transport now closes.
+        transport.abort()
+        self._on_socket(sock, _peer(transport))
+
+
+def _peer(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)

@@ -194,8 +194,9 @@ class FrameStream(asyncio.BufferedProtocol):
         self._budget.forget(self)
         self._push(None)
         # Keep the transport open for writing: a client that half-closes still gets the
-        # answers to what it sent; the connection closes once they are written.
-        return True
+        # answers to what it sent; the connection closes once they are written. (TLS
+        # closes at the peer's close_notify whatever this says, and warns if it is True.)
+        return self.transport is None or self.transport.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True

@@ -37,10 +37,23 @@ class Offsets:
 
 
 class Gateway:
-    def __init__(self, url: str, namespace: str = "default") -> None:
+    def __init__(
+        self,
+        url: str,
+        namespace: str = "default",
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+    ) -> None:
+        """``token``: a bearer token of `tmsgate users token` (a gateway with
+        --http-auth required); ``ca_file``: the PEM CA that signed an HTTPS gateway's
+        certificate (default: the system's)."""
         self.url = url.rstrip("/")
         self.namespace = namespace
-        self.http = httpx.Client(base_url=self.url, timeout=TIMEOUT_S)
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        self.http = httpx.Client(
+            base_url=self.url, timeout=TIMEOUT_S, headers=headers, verify=ca_file or True
+        )
 
     def close(self) -> None:
         self.http.close()

@@ -8,6 +8,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .gateway import Gateway
+
 EARLIEST, LATEST = -2, -1
 ISOLATIONS = ("read_committed", "read_uncommitted")
 # startingOffsets/endingOffsets: "earliest", "latest", or {"topic": {"partition": offset}}
@@ -32,6 +34,12 @@ class SourceOptions:
     topic: str | None  # writing
     transaction_timeout_s: float
     sink_id: str | None
+    token: str | None = None  # HTTP bearer token (docs/security.md)
+    ca_file: str | None = None  # PEM CA of an HTTPS gateway
+
+    def gateway(self, url: str) -> Gateway:
+        """A client of the gateway's HTTP API with these options' credentials."""
+        return Gateway(url, self.namespace, token=self.token, ca_file=self.ca_file)
 
 
 def _int(opts: Mapping[str, str], name: str, low: int) -> int | None:
@@ -128,6 +136,8 @@ def parse(opts: Mapping[str, str]) -> SourceOptions:
         max_records_per_read=_int(o, "maxRecordsPerRead", 1) or 10_000,
         topic=o.get("topic"),
         transaction_timeout_s=timeout_s,
+        token=o.get("token"),
+        ca_file=o.get("cafile"),
         sink_id=o.get("sinkid"),
     )
 

@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from . import options as opt
 from .arrow import SPARK_SCHEMA, next_offset_of, to_record_batch
-from .gateway import Gateway, GatewayError, find_http_url, tms_topic
+from .gateway import GatewayError, find_http_url, tms_topic
 from .writing import bodies
 
 Ranges = list["OffsetRange"]
@@ -58,7 +58,7 @@ class Planner:
     def __init__(self, o: opt.SourceOptions) -> None:
         opt.require_source(o)
         self.o = o
-        self.gw = Gateway(_url(o), o.namespace)
+        self.gw = o.gateway(_url(o))
         self.topics = self.gw.matching(list(o.subscribe or []), o.pattern)
         for spec in (o.starting, o.ending):
             if isinstance(spec, dict):
@@ -115,7 +115,7 @@ def split(ranges: Ranges, min_partitions: int | None) -> Ranges:
 def read_range(o: opt.SourceOptions, url: str, r: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The range's records, one Arrow batch per HTTP read. The next read is in flight while
     Spark takes the current batch (the gateway's read and Spark's intake overlap)."""
-    gw = Gateway(url, o.namespace)
+    gw = o.gateway(url)
     name = tms_topic(r.topic, r.partition)
     ahead = ThreadPoolExecutor(1, thread_name_prefix="tms-read-ahead")
 
@@ -261,7 +261,7 @@ class Stored(WriterCommitMessage):
 def _store_all(
     o: opt.SourceOptions, url: str, wp: int, batches: Iterator[pa.RecordBatch]
 ) -> Stored:
-    with Gateway(url, o.namespace) as gw:
+    with o.gateway(url) as gw:
         counts = gw.partitions()
         out = Stored(wp)
         for batch in batches:
@@ -284,14 +284,14 @@ def _commit(o: opt.SourceOptions, url: str, messages: list[Any]) -> None:
     publish = [
         {"namespace": o.namespace, "topic": t, "stored": rs} for t, rs in sorted(merged.items())
     ]
-    with Gateway(url, o.namespace) as gw:
+    with o.gateway(url) as gw:
         gw.commit(pointers.pop(), publish)
 
 
 def _abort(o: opt.SourceOptions, url: str, wp: int | None) -> None:
     if wp is None:
         return
-    with Gateway(url, o.namespace) as gw:
+    with o.gateway(url) as gw:
         gw.abort(wp)
 
 
@@ -301,7 +301,7 @@ class BatchWriter(DataSourceArrowWriter):
 
     def __init__(self, o: opt.SourceOptions, url: str) -> None:
         self.o, self.url = o, url
-        with Gateway(url, o.namespace) as gw:
+        with o.gateway(url) as gw:
             self.wp = int(gw.start(o.transaction_timeout_s)["writePointer"])
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
@@ -332,7 +332,7 @@ class StreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
         return f"spark/{query}{sink}/{batch}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        with Gateway(self.url, self.o.namespace) as gw:
+        with self.o.gateway(self.url) as gw:
             tx = gw.start(self.o.transaction_timeout_s, key=self._batch_key())
         wp = int(tx["writePointer"])
         if tx["state"] == "committed":  # a replay of a batch that committed before a crash
@@ -396,7 +396,7 @@ def _check_write_target(schema: StructType, o: opt.SourceOptions) -> str:
         )
     url = _url(o)
     if o.topic:
-        with Gateway(url, o.namespace) as gw:
+        with o.gateway(url) as gw:
             known = gw.partitions()
         if o.topic not in known:
             raise ValueError(
