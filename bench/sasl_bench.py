@@ -7,6 +7,7 @@ temporary LevelDB store.
 Modes (all by default, in this order):
   plaintext       PLAINTEXT
   sasl_scram      SASL_PLAINTEXT, SCRAM-SHA-256
+  sasl_acl        SASL_PLAINTEXT, SCRAM-SHA-256, --authorizer acl (as sasl_ssl_acl below)
   ssl             SSL (server certificate only; TLS 1.3, the client's default)
   sasl_ssl_scram  SASL_SSL, SCRAM-SHA-256
   sasl_ssl_acl    SASL_SSL, SCRAM-SHA-256, --authorizer acl: the bench user is no super
@@ -16,9 +17,11 @@ Modes (all by default, in this order):
 Measured, each the median of --runs runs alternating between the gateways, 1 KiB values,
 one partition, a fresh topic per run: produce msgs/s (acks=all, linger.ms=5,
 batch.size=1000000, timed from the first send to the last delivery report) and consume
-msgs/s (assign + seek to 0, to the end). Logins and TLS handshakes happen once per
-connection, outside the timing. The TLS certificates are made by trustme (the test extra)
-in the temporary directory. Progress goes to stderr, one JSON summary to stdout.
+msgs/s (assign + seek to 0, to the end); beside each, the gateway process's CPU time per
+message (user + system, from /proc; robust to what else runs on the machine, where the
+rates are not). Logins and TLS handshakes happen once per connection, outside the
+timing. The TLS certificates are made by trustme (the test extra) in the temporary
+directory. Progress goes to stderr, one JSON summary to stdout.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -46,7 +50,7 @@ ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 VALUE = b"v" * 1024
 TOPIC_PREFIX = "sasl-bench-"
 GROUP_PREFIX = "bench-"
-MODES = ("plaintext", "sasl_scram", "ssl", "sasl_ssl_scram", "sasl_ssl_acl")
+MODES = ("plaintext", "sasl_scram", "sasl_acl", "ssl", "sasl_ssl_scram", "sasl_ssl_acl")
 
 
 def add_user(store: str, name: str, password: str) -> None:
@@ -74,14 +78,18 @@ def scram(user: str, password: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def gateway(mode: str) -> Iterator[dict[str, str]]:
+def gateway(mode: str) -> Iterator[tuple[dict[str, str], int]]:
+    """The client settings for a fresh gateway in ``mode``, and its process id."""
     with tempfile.TemporaryDirectory(prefix="tmsgate-sasl-bench-") as workdir:
         store = f"leveldb://{workdir}/store"
         listen = f"127.0.0.1:{free_port()}"
         conf = {"bootstrap.servers": listen}
-        security = {"plaintext": "plaintext", "sasl_scram": "sasl_plaintext", "ssl": "ssl"}.get(
-            mode, "sasl_ssl"
-        )
+        security = {
+            "plaintext": "plaintext",
+            "sasl_scram": "sasl_plaintext",
+            "sasl_acl": "sasl_plaintext",
+            "ssl": "ssl",
+        }.get(mode, "sasl_ssl")
         extra = ["--kafka-security", security]
         conf["security.protocol"] = security.upper()
         if security.startswith("sasl"):
@@ -92,7 +100,7 @@ def gateway(mode: str) -> Iterator[dict[str, str]]:
             ca, cert, key = make_certificates(Path(workdir))
             extra += ["--tls-cert", cert, "--tls-key", key]
             conf["ssl.ca.location"] = ca
-        if mode == "sasl_ssl_acl":
+        if mode.endswith("_acl"):
             add_user(store, ADMIN, ADMIN_PASSWORD)
             extra += ["--authorizer", "acl", "--super-users", f"User:{ADMIN}"]
         cmd = [str(TMSGATE), "serve", "--store", store, "--kafka-listen", listen, "--no-http"]
@@ -100,11 +108,21 @@ def gateway(mode: str) -> Iterator[dict[str, str]]:
         try:
             host, port = listen.split(":")
             wait_for_port(proc, (host, int(port)))
-            if mode == "sasl_ssl_acl":
+            if mode.endswith("_acl"):
                 grant(conf | scram(ADMIN, ADMIN_PASSWORD))
-            yield conf
+            yield conf, proc.pid
         finally:
             stop(proc)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def grant(admin_conf: dict[str, str]) -> None:
@@ -190,17 +208,28 @@ def main() -> None:
     samples: dict[str, list[float]] = {}
     for run in range(args.runs):
         for mode in modes:
-            with gateway(mode) as conf:
+            with gateway(mode) as (conf, pid):
                 topic = f"{TOPIC_PREFIX}{uuid.uuid4().hex[:8]}"
                 for what, fn in (("produce", produce), ("consume", consume)):
+                    cpu = cpu_seconds(pid)
                     rate = fn(conf, topic, args.records)
+                    cpu_us = (cpu_seconds(pid) - cpu) / args.records * 1e6
                     samples.setdefault(f"{mode}_{what}", []).append(rate)
-                    print(f"run {run + 1} {mode} {what}: {rate:,.0f} msgs/s", file=sys.stderr)
+                    samples.setdefault(f"{mode}_{what}_gateway_cpu_us", []).append(cpu_us)
+                    print(
+                        f"run {run + 1} {mode} {what}: {rate:,.0f} msgs/s, "
+                        f"gateway {cpu_us:.2f} us CPU/msg",
+                        file=sys.stderr,
+                    )
     report = {
-        k: {"median": round(statistics.median(v)), "runs": [round(x) for x in v]}
+        k: {"median": _round(statistics.median(v)), "runs": [_round(x) for x in v]}
         for k, v in samples.items()
     }
     print(json.dumps({"records": args.records, **report}, indent=2))
+
+
+def _round(x: float) -> float:
+    return round(x) if x >= 100 else round(x, 2)
 
 
 if __name__ == "__main__":

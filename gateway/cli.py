@@ -388,6 +388,7 @@ def _serve_config(args: argparse.Namespace) -> object:
 
 def serve_command(args: argparse.Namespace) -> int:
     from tmsgate.gateway.services import serve
+    from tmsgate.gateway.tls import TlsConfigError
 
     try:
         config = _serve_config(args)
@@ -401,6 +402,9 @@ def serve_command(args: argparse.Namespace) -> int:
     except OSError as exc:
         log.error("cannot serve: %s", exc)
         return 1
+    except TlsConfigError as exc:  # a certificate or key that does not load
+        log.error("cannot serve: %s", exc)
+        return 2
     except Exception as exc:  # e.g. the store cannot be opened: say so, no traceback
         if type(exc).__module__.startswith("tmsgate.storage"):
             log.error("cannot open store %s: %s", args.store, exc)

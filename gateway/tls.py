@@ -53,6 +53,10 @@ _HINTS = {
     "PEER_DID_NOT_RETURN_A_CERTIFICATE": "no client certificate (the listener requires one)",
     "CERTIFICATE_VERIFY_FAILED": "client certificate not trusted by --tls-client-ca",
     "NO_SHARED_CIPHER": "no cipher suite in common with the client",
+    # the client's alerts: it refused the gateway's certificate
+    "TLSV1_ALERT_UNKNOWN_CA": "the client does not trust --tls-cert (not signed by its CA)",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the client refused --tls-cert (a host name it lacks?)",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "the client refused --tls-cert (a host name it lacks?)",
 }
 
 
@@ -84,7 +88,7 @@ def server_context(cert: str, key: str, client_ca: str | None = None) -> ssl.SSL
     try:
         # A callable password: an encrypted key fails here instead of OpenSSL prompting
         # on the terminal for a pass phrase.
-        ctx.load_cert_chain(cert, key, password=_no_password)
+        ctx.load_cert_chain(cert, key, password=lambda: _encrypted(key))
     except ssl.SSLError as exc:
         raise TlsConfigError(
             f"private key {key} does not go with certificate {cert} or cannot be read: "
@@ -100,8 +104,8 @@ def server_context(cert: str, key: str, client_ca: str | None = None) -> ssl.SSL
     return ctx
 
 
-def _no_password() -> str:
-    raise TlsConfigError("the private key is encrypted; give it unencrypted (PKCS#8 or PEM)")
+def _encrypted(key: str) -> str:
+    raise TlsConfigError(f"private key (--tls-key) {key} is encrypted; give it unencrypted")
 
 
 def _check_pem(path: str, what: str, label: str) -> None:

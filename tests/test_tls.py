@@ -389,20 +389,22 @@ def tls_client(gw: GatewayThread, pki: Pki, cert: tuple[str, str] | None = None)
 def test_plaintext_client_is_closed_and_others_go_on(
     tmp_path: Path, pki: Pki, loop: str, logs: LogWatch
 ) -> None:
-    with tls_gateway(tmp_path, loop, pki, security_protocol="SSL") as gw:
-        with tls_client(gw, pki) as good:
-            assert answered(good)
-            with socket.create_connection(gw.address, timeout=20) as plain:
-                plain.sendall(api_versions_request())
-                alert = b""
-                while chunk := plain.recv(1 << 16):  # until the gateway closes it
-                    alert += chunk
-                # No Kafka answer; OpenSSL sends no alert for a record that is not TLS.
-                assert alert[:1] in (b"", b"\x15"), alert
-            line = logs.wait_for("TLS handshake failed", "plaintext client")
-            assert "127.0.0.1:" in line
-            assert answered(good)  # the TLS connection open all along is still served
-        assert gw.server is not None and gw.server.connection_count <= 1
+    with (
+        tls_gateway(tmp_path, loop, pki, security_protocol="SSL") as gw,
+        tls_client(gw, pki) as good,
+    ):
+        assert answered(good)
+        with socket.create_connection(gw.address, timeout=20) as plain:
+            plain.sendall(api_versions_request())
+            alert = b""
+            while chunk := plain.recv(1 << 16):  # until the gateway closes it
+                alert += chunk
+            # No Kafka answer; OpenSSL sends no alert for a record that is not TLS.
+            assert alert[:1] in (b"", b"\x15"), alert
+        line = logs.wait_for("TLS handshake failed", "plaintext client")
+        assert "127.0.0.1:" in line
+        assert answered(good)  # the TLS connection open all along is still served
+        assert gw.call(lambda: gw.server.connection_count) == 1  # the refused one: none
 
 
 @pytest.mark.parametrize("loop", LOOPS)
@@ -418,6 +420,13 @@ def test_untrusted_or_missing_client_certificate_is_refused(
         logs.wait_for("TLS handshake failed", "no client certificate")
         with tls_client(gw, pki, pki.client("bob")) as bob:
             assert answered(bob)  # ApiVersions needs no authorization
+        # and the other way round: a client that does not trust the gateway's certificate
+        with (
+            socket.create_connection(gw.address, timeout=20) as raw,
+            pytest.raises(ssl.SSLCertVerificationError),
+        ):
+            ssl.create_default_context().wrap_socket(raw, server_hostname="127.0.0.1")
+        logs.wait_for("TLS handshake failed", "the client does not trust --tls-cert")
 
 
 def test_stalled_handshake_times_out_without_blocking_others(
@@ -455,7 +464,7 @@ def test_bad_certificate_files_fail_with_the_file_named(tmp_path: Path, pki: Pki
         ((str(not_pem), pki.server_key, None), "no PEM CERTIFICATE"),
         ((pki.server_cert, str(not_pem), None), "no PEM PRIVATE KEY"),
         ((pki.server_cert, bob_key, None), "does not go with certificate"),
-        ((pki.server_cert, str(encrypted), None), "encrypted"),
+        ((pki.server_cert, str(encrypted), None), f"{encrypted} is encrypted"),
         ((pki.server_cert, pki.server_key, missing), f"client CA (--tls-client-ca) {missing}"),
         ((pki.server_cert, pki.server_key, bob_key), "no PEM CERTIFICATE"),
     ]
