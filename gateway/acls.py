@@ -98,9 +98,8 @@ _IMPLIES_DESCRIBE_CONFIGS = frozenset({Operation.DESCRIBE_CONFIGS, Operation.ALT
 
 
 def check_principal(principal: str) -> str:
-    """Kafka's principal form, "Type:name" (parseKafkaPrincipal)."""
-    kind, sep, name = principal.partition(":")
-    if not sep or not kind or not name:
+    """Kafka's principal form, "Type:name": parseKafkaPrincipal only needs the colon."""
+    if ":" not in principal:
         raise AclError(f"Could not parse principal from `{principal}` (no colon is found)")
     return principal
 
@@ -129,8 +128,6 @@ class AclBinding:
             raise AclError("Resource name should not be empty")
         if self.resource_type == ResourceType.CLUSTER and self.resource_name != CLUSTER_NAME:
             raise AclError("The only valid name for the CLUSTER resource is " + CLUSTER_NAME)
-        if not self.host:
-            raise AclError("Invalid host: the host must be * or an address")
         check_principal(self.principal)
         return self
 
@@ -290,17 +287,25 @@ class Authorizer:
 
     def delete(self, flt: AclFilter) -> list[AclBinding]:
         """Remove the bindings the filter matches (blocking); returns them."""
-        flt.validate()
-        gone = self.bindings(flt)
-        if not gone:
-            return []
-        self._store.put_states({(AREA, b.key()): None for b in gone})
-        with self._lock:
-            bindings = dict(self._bindings)
-            for b in gone:
-                bindings.pop(b.key(), None)
-            self._replace(bindings)
-        return gone
+        return self.delete_all([flt])[0]
+
+    def delete_all(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
+        """Remove what any of the filters matches, in one write (blocking). Each filter's
+        list is what it matched before the request, as Kafka's DeleteAcls answers: a
+        binding two filters match is listed under both. Filters are validated first."""
+        for flt in filters:
+            flt.validate()
+        before = self.bindings()
+        matched = [[b for b in before if flt.matches(b)] for flt in filters]
+        gone = {b.key(): b for found in matched for b in found}
+        if gone:
+            self._store.put_states({(AREA, key): None for key in gone})
+            with self._lock:
+                bindings = dict(self._bindings)
+                for key in gone:
+                    bindings.pop(key, None)
+                self._replace(bindings)
+        return matched
 
     # --- decisions ----------------------------------------------------------------------
     def allowed(
@@ -341,7 +346,9 @@ class Authorizer:
         if not self.enabled:
             return True
         who = principal or ANONYMOUS
-        if who in self.super_users:
+        # Kafka first asks about a name no ACL names ("hardcode"): allowed for super users,
+        # and with allow.everyone.if.no.acl.found when no ACL matches it.
+        if self.allowed(who, operation, resource_type, "hardcode", host, log_denial=False):
             return True
         by_type, _ = self._state
         found = [

@@ -1,5 +1,5 @@
-"""DeleteAcls (v1-3, kafka-acls.sh --remove): each filter deletes the bindings it
-matches and lists them. Needs Alter on the cluster."""
+"""DeleteAcls (v1-3, kafka-acls.sh --remove): the bindings any filter matches are deleted
+in one write, and each filter lists what it matched. Needs Alter on the cluster."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from kafka.protocol.admin import DeleteAclsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
-from ...acls import AclError, Operation
+from ...acls import AclBinding, AclError, AclFilter, Operation
 from ..context import RequestContext
 from ..errors import error_of
 from ..routes import Route
@@ -18,16 +18,7 @@ _Result = DeleteAclsResponse.DeleteAclsFilterResult
 _Match = _Result.DeleteAclsMatchingAcl
 
 
-async def _delete(ctx: RequestContext, wire: Any) -> Any:
-    try:
-        gone = await ctx.broker.run(ctx.broker.authorizer.delete, filter_of(wire))
-    except AclError as exc:
-        return _Result(
-            error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc), matching_acls=[]
-        )
-    except Exception as exc:
-        code, message = error_of(exc, "delete ACLs")
-        return _Result(error_code=code, error_message=message, matching_acls=[])
+def _matched(gone: list[AclBinding]) -> Any:
     matches = [
         _Match(
             error_code=ErrorCode.NONE,
@@ -45,6 +36,32 @@ async def _delete(ctx: RequestContext, wire: Any) -> Any:
     return _Result(error_code=ErrorCode.NONE, error_message=None, matching_acls=matches)
 
 
+async def _delete(ctx: RequestContext, wires: list[Any]) -> list[Any]:
+    """Every valid filter against the ACLs as they were before the request (Kafka's
+    AclControlManager), in one write; an invalid filter gets INVALID_REQUEST alone."""
+    results: list[Any] = []
+    filters: dict[int, AclFilter] = {}
+    async for i, wire in ctx.broker.paced(enumerate(wires)):
+        try:
+            filters[i] = filter_of(wire)
+            results.append(None)
+        except AclError as exc:
+            results.append(
+                _Result(
+                    error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc), matching_acls=[]
+                )
+            )
+    try:
+        matched = await ctx.broker.run(ctx.broker.authorizer.delete_all, list(filters.values()))
+    except Exception as exc:
+        code, message = error_of(exc, "delete ACLs")
+        failed = _Result(error_code=code, error_message=message, matching_acls=[])
+        return [failed if r is None else r for r in results]
+    for i, gone in zip(filters, matched, strict=True):
+        results[i] = _matched(gone)
+    return results
+
+
 async def handle(ctx: RequestContext, req: Any) -> Any:
     refused = refusal(ctx, Operation.ALTER)
     if refused is not None:
@@ -54,7 +71,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             for _ in req.filters
         ]
     else:
-        results = [await _delete(ctx, f) async for f in ctx.broker.paced(req.filters)]
+        results = await _delete(ctx, list(req.filters))
     return ctx.response(throttle_time_ms=0, filter_results=results)
 
 

@@ -10,7 +10,7 @@ from kafka.protocol.admin import DeleteTopicsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 from tmsgate.storage import DiskFull
 
-from ...acls import Operation, ResourceType
+from ...acls import CLUSTER_NAME, Operation, ResourceType
 from ..context import RequestContext
 from ..errors import error_of
 from ..routes import Route
@@ -20,6 +20,15 @@ _Result = DeleteTopicsResponse.DeletableTopicResult
 
 
 _NO_ID = uuid.UUID(int=0)
+
+
+def _denied(name: str | None, kwargs: dict[str, Any]) -> Any:
+    return _Result(
+        name=name,
+        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        error_message="Authorization failed.",
+        **kwargs,
+    )
 
 
 async def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
@@ -45,21 +54,14 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
                 **kwargs,
             )
         name = info.name
-        if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name, log=False):
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
             # Kafka does not tell a topic id's name to who may not see the topic.
-            return _Result(
-                name=None,
-                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                error_message="Authorization failed.",
-                **kwargs,
-            )
-    if not ctx.allowed(Operation.DELETE, ResourceType.TOPIC, name):
-        return _Result(
-            name=name,
-            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-            error_message="Authorization failed.",
-            **kwargs,
-        )
+            return _denied(None, kwargs)
+    # Kafka (ControllerApis.deleteTopics): Delete on the cluster allows every topic;
+    # otherwise Describe, then the topic's existence, then Delete on it.
+    on_cluster = ctx.allowed(Operation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME, log=False)
+    if not on_cluster and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+        return _denied(name, kwargs)
     try:
         info = await topics.get(name)
         if info is None:
@@ -69,6 +71,8 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
                 error_message=f"topic {name!r} does not exist",
                 **kwargs,
             )
+        if not on_cluster and not ctx.allowed(Operation.DELETE, ResourceType.TOPIC, name):
+            return _denied(name, kwargs)
         try:
             await topics.delete(name)
         except DiskFull:

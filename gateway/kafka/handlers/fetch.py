@@ -161,7 +161,7 @@ async def _targets(ctx: RequestContext, req: Any) -> list[tuple[Any, list[Target
         if ctx.version >= 13:
             info, missing = await topics.by_uuid(ft.topic_id), ErrorCode.UNKNOWN_TOPIC_ID
             if info is not None and not ctx.allowed(Operation.READ, ResourceType.TOPIC, info.name):
-                info = None  # Kafka does not tell who may not read it the topic id's name
+                info, missing = None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
         elif ctx.allowed(Operation.READ, ResourceType.TOPIC, ft.topic):
             info, missing = await topics.resolve(ft.topic)
         else:

@@ -50,7 +50,7 @@ def _denied(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any] | No
         return None
     return {
         "error_code": _DENIED[key_type],
-        "error_message": "Authorization failed.",
+        "error_message": None,  # as Kafka: clients name the error themselves
         "node_id": -1,
         "host": "",
         "port": -1,

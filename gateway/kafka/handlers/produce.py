@@ -321,15 +321,23 @@ def _completed(
 
 
 async def _topic(ctx: RequestContext, td: Any) -> tuple[str | None, TopicInfo | None, ErrorCode]:
+    topics = ctx.broker.topics
     if ctx.version >= 13:
-        info = await ctx.broker.topics.by_uuid(td.topic_id)
+        info = await topics.by_uuid(td.topic_id)
         if info is not None and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, info.name):
-            # Kafka does not tell a topic id's name to who may not write it.
-            return None, None, ErrorCode.UNKNOWN_TOPIC_ID
+            return None, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
         return None, info, ErrorCode.UNKNOWN_TOPIC_ID
     if not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, td.name):
         return td.name, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    info, code = await ctx.broker.topics.resolve(td.name, auto_create=True)
+    if not ctx.broker.authorizer.enabled:
+        info, code = await topics.resolve(td.name, auto_create=True)
+        return td.name, info, code
+    # With ACLs a produce creates a topic only for who may create it (Kafka's Produce
+    # creates none; tmsgate's does, where Metadata would have).
+    info, code = await topics.resolve(td.name)
+    missing = info is None and code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if missing and ctx.may_create_topic(td.name):
+        info, code = await topics.resolve(td.name, auto_create=True)
     return td.name, info, code
 
 
@@ -345,7 +353,7 @@ async def _submit(
     if acks not in (0, 1, -1):
         return _fail(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1")
     if missing == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-        return _fail(missing, f"Not authorized to write to topic {name}")
+        return _fail(missing, f"Not authorized to write to topic {name or td.topic_id}")
     part = None if info is None else await ctx.broker.topics.partition(info, pd.index)
     if info is None or part is None:
         return _fail(
