@@ -20,6 +20,8 @@ principal, resource and operation per LOG_INTERVAL_S.
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import json
 import logging
 import threading
@@ -97,6 +99,20 @@ _IMPLIES_DESCRIBE = frozenset(
 _IMPLIES_DESCRIBE_CONFIGS = frozenset({Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS})
 
 
+def canonical_host(host: str) -> str:
+    """One spelling per address, for host ACLs and the clients' addresses alike: an IPv4
+    client of a dual-stack socket (``::ffff:10.0.0.1``) is ``10.0.0.1``, and IPv6 is in its
+    short form whether Kafka's tools wrote ``0:0:0:0:0:0:0:1`` or ``::1``. Anything that is
+    not an address (``*``, a host name) stays as it is."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return str(address)
+
+
 def check_principal(principal: str) -> str:
     """Kafka's principal form, "Type:name": parseKafkaPrincipal only needs the colon."""
     if ":" not in principal:
@@ -129,7 +145,8 @@ class AclBinding:
         if self.resource_type == ResourceType.CLUSTER and self.resource_name != CLUSTER_NAME:
             raise AclError("The only valid name for the CLUSTER resource is " + CLUSTER_NAME)
         check_principal(self.principal)
-        return self
+        host = canonical_host(self.host)
+        return self if host == self.host else dataclasses.replace(self, host=host)
 
     def key(self) -> str:
         return json.dumps(
@@ -178,6 +195,8 @@ class AclFilter:
     permission: Permission = Permission.ANY
 
     def validate(self) -> AclFilter:
+        if self.host is not None and canonical_host(self.host) != self.host:
+            return dataclasses.replace(self, host=canonical_host(self.host)).validate()
         for field, value in (
             ("resourceType", self.resource_type),
             ("patternType", self.pattern_type),
@@ -242,7 +261,10 @@ class Authorizer:
         self.allow_if_no_acl = allow_if_no_acl
         self._on_denied = on_denied
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the in-memory state and the denial log
+        # Changes, store write and memory together: two requests changing the same binding
+        # must leave the store and memory agreeing. Checks never take it.
+        self._changing = threading.Lock()
         self._bindings: dict[str, AclBinding] = {}
         # The bindings by resource type, and the decisions made from exactly those: one
         # tuple, replaced whole, so no decision is cached against other bindings.
@@ -277,13 +299,14 @@ class Authorizer:
 
     def create(self, binding: AclBinding) -> None:
         """Add one binding (blocking: a durable write); adding it twice changes nothing."""
-        binding.validate()
+        binding = binding.validate()
         key = binding.key()
-        self._store.put_state(AREA, key, b"")
-        with self._lock:
-            bindings = dict(self._bindings)
-            bindings[key] = binding
-            self._replace(bindings)
+        with self._changing:
+            self._store.put_state(AREA, key, b"")
+            with self._lock:
+                bindings = dict(self._bindings)
+                bindings[key] = binding
+                self._replace(bindings)
 
     def delete(self, flt: AclFilter) -> list[AclBinding]:
         """Remove the bindings the filter matches (blocking); returns them."""
@@ -293,18 +316,18 @@ class Authorizer:
         """Remove what any of the filters matches, in one write (blocking). Each filter's
         list is what it matched before the request, as Kafka's DeleteAcls answers: a
         binding two filters match is listed under both. Filters are validated first."""
-        for flt in filters:
-            flt.validate()
-        before = self.bindings()
-        matched = [[b for b in before if flt.matches(b)] for flt in filters]
-        gone = {b.key(): b for found in matched for b in found}
-        if gone:
-            self._store.put_states({(AREA, key): None for key in gone})
-            with self._lock:
-                bindings = dict(self._bindings)
-                for key in gone:
-                    bindings.pop(key, None)
-                self._replace(bindings)
+        filters = [flt.validate() for flt in filters]
+        with self._changing:
+            before = self.bindings()
+            matched = [[b for b in before if flt.matches(b)] for flt in filters]
+            gone = {b.key(): b for found in matched for b in found}
+            if gone:
+                self._store.put_states({(AREA, key): None for key in gone})
+                with self._lock:
+                    bindings = dict(self._bindings)
+                    for key in gone:
+                        bindings.pop(key, None)
+                    self._replace(bindings)
         return matched
 
     # --- decisions ----------------------------------------------------------------------

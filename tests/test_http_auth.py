@@ -121,13 +121,18 @@ class Gateway:
     def token(self, user: str, ttl_days: float = 30) -> str:
         return Tokens(self.store).issue(user, ttl_days)[0]
 
-    def grant(self, user: str, rtype: ResourceType, name: str, *ops: Operation) -> None:
+    def grant(
+        self,
+        user: str,
+        rtype: ResourceType,
+        name: str,
+        *ops: Operation,
+        pattern: PatternType = PatternType.LITERAL,
+    ) -> None:
         assert self.services is not None
         for op in ops:
             self.services.authorizer.create(
-                AclBinding(
-                    rtype, name, PatternType.LITERAL, f"User:{user}", "*", op, Permission.ALLOW
-                )
+                AclBinding(rtype, name, pattern, f"User:{user}", "*", op, Permission.ALLOW)
             )
 
 
@@ -414,8 +419,8 @@ def test_listing_shows_only_what_the_principal_may_describe(
     parted = new_topic(admin, ns, **{"kafka.partitions": "3"})
     with client_of(gw, ca_file, user) as http:
         assert http.get(TOPICS.format(namespace=ns)).json() == []
-        gw.grant(user, ResourceType.TOPIC, f"{ns}/{shown}", Operation.DESCRIBE)
-        gw.grant(user, ResourceType.TOPIC, f"{ns}/{parted}", Operation.READ)  # implies it
+        gw.grant(user, ResourceType.TOPIC, f"/{ns}/{shown}", Operation.DESCRIBE)
+        gw.grant(user, ResourceType.TOPIC, f"/{ns}/{parted}", Operation.READ)  # implies it
         partitions = [parted, f"{parted}~1", f"{parted}~2"]
         assert http.get(TOPICS.format(namespace=ns)).json() == sorted([shown, *partitions])
         assert hidden in admin.get(TOPICS.format(namespace=ns)).json()
@@ -476,9 +481,11 @@ def test_another_namespace_is_named_with_it(gw: Gateway, ca_file: str, admin: ht
     topic = new_topic(admin, ns)
     with client_of(gw, ca_file, user) as http:
         gw.grant(user, ResourceType.TOPIC, topic, Operation.READ)  # the Kafka topic's name
+        # A prefixed ACL meant for Kafka topics does not reach into another namespace.
+        gw.grant(user, ResourceType.TOPIC, ns[:3], Operation.READ, pattern=PatternType.PREFIXED)
         message = refused(http.post(topic_url(topic, "poll", ns), json={}), 403)
-        assert f"READ TOPIC '{ns}/{topic}'" in message
-        gw.grant(user, ResourceType.TOPIC, f"{ns}/{topic}", Operation.READ)
+        assert f"READ TOPIC '/{ns}/{topic}'" in message
+        gw.grant(user, ResourceType.TOPIC, f"/{ns}/{topic}", Operation.READ)
         assert payloads(http, topic, ns) == []
 
 

@@ -124,7 +124,12 @@ def sasl_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]
 
 @pytest.fixture(scope="module")
 def plain_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
-    with gateway_thread(tmp_path_factory.mktemp("scram-raw")) as g:
+    """PLAINTEXT, so raw requests need no login: User:ANONYMOUS, who may manage users only
+    through an authorizer (here one that allows what no ACL names, as Kafka's option does;
+    test_anonymous_users_need_an_authorizer has none)."""
+    with gateway_thread(
+        tmp_path_factory.mktemp("scram-raw"), authorizer=True, allow_everyone_if_no_acl_found=True
+    ) as g:
         yield g
 
 
@@ -572,10 +577,26 @@ def test_cluster_authorization(acl_gw: GatewayThread) -> None:
     assert can_log_in(acl_gw, "dan", "pw", "SCRAM-SHA-256")
 
 
+def test_anonymous_users_need_an_authorizer(tmp_path: Path) -> None:
+    """Without an authorizer Kafka lets any client change users; here an anonymous one may
+    not (these users also sign in to the HTTP API), and a logged-in one may, as in Kafka."""
+    with gateway_thread(tmp_path / "open") as g:
+        c = RawClient(g.address)
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        resp = c.request(ALTER(deletions=[], upsertions=[up("mallory")]), 0)
+        assert [r.error_code for r in resp.results] == [denied]
+        assert g.broker.users.entries("mallory") == {}
+        resp = c.request(DESCRIBE(users=None), 0)
+        assert resp.error_code == denied and resp.results == []
+        c.close()
+
+
 # --- fuzz ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def fuzz_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
-    with gateway_thread(tmp_path_factory.mktemp("scram-fuzz")) as g:
+    with gateway_thread(
+        tmp_path_factory.mktemp("scram-fuzz"), authorizer=True, allow_everyone_if_no_acl_found=True
+    ) as g:
         yield g
 
 

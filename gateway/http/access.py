@@ -8,7 +8,8 @@ so a refused request changes nothing. A route without an entry fails the start-u
 
 Resources: a topic of the gateway's Kafka namespace is the Kafka topic (partition
 ``name~p`` is topic ``name``), so HTTP and Kafka clients share its ACLs; a topic of
-another namespace is ``<namespace>/<topic>`` ('/' is never part of a Kafka topic's name).
+another namespace is ``/<namespace>/<topic>``: '/' is never part of a Kafka topic's name,
+so no ACL meant for Kafka topics, not even a PREFIXED one, covers another namespace.
 The transaction service is the CLUSTER resource ``kafka-cluster``.
 
 With ``--http-auth none`` every request is User:ANONYMOUS, as on a Kafka PLAINTEXT
@@ -26,7 +27,14 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message
-from tmsgate.gateway.acls import ANONYMOUS, CLUSTER_NAME, Authorizer, Operation, ResourceType
+from tmsgate.gateway.acls import (
+    ANONYMOUS,
+    CLUSTER_NAME,
+    Authorizer,
+    Operation,
+    ResourceType,
+    canonical_host,
+)
 from tmsgate.storage import TopicId
 
 from .auth import Authenticator, Unauthenticated
@@ -139,7 +147,7 @@ class Access:
         """A topic's ACL resource name (see the module's docstring)."""
         if tid.namespace == self.namespace:
             return tid.kafka_name
-        return f"{tid.namespace}/{tid.kafka_name}"
+        return f"/{tid.namespace}/{tid.kafka_name}"
 
     def allowed(
         self,
@@ -164,7 +172,7 @@ class Access:
     ) -> tuple[Request, Denied | None]:
         """-> the request (to read its body again after a manifest was read from it) and,
         if the principal may not, what it lacks."""
-        host = request.client.host if request.client else ""
+        host = canonical_host(request.client.host) if request.client else "*"
         cluster = (ResourceType.CLUSTER, CLUSTER_NAME)
         if need.on is On.CLUSTER:
             rtype, name = cluster
@@ -202,7 +210,7 @@ class Access:
         here is no error, so it is not logged), as Kafka's Metadata for all topics."""
         if resp.status_code != 200:
             return resp
-        host = request.client.host if request.client else ""
+        host = canonical_host(request.client.host) if request.client else "*"
         namespace = request.path_params["namespace"]
         names = [
             n

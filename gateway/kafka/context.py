@@ -57,6 +57,15 @@ class RequestContext:
             s.principal, operation, resource_type, name, s.host, log_denial=log
         )
 
+    def may_manage_users(self, operation: Operation) -> bool:
+        """Describe/AlterUserScramCredentials: Kafka's check, on the cluster. Without an
+        authorizer Kafka lets anyone in; here only a principal that logged in, because
+        these users also sign in to the HTTP API, whose --http-auth an anonymous client
+        could otherwise defeat by setting a user's password."""
+        if not self.broker.authorizer.enabled and self.session.principal is None:
+            return False
+        return self.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
     def may_create_topic(self, name: str) -> bool:
         """Kafka: Create on the cluster, or on the topic."""
         return self.allowed(

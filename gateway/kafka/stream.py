@@ -16,6 +16,8 @@ import asyncio
 import collections
 from collections.abc import Callable, Iterable
 
+from ..acls import canonical_host
+
 STAGING_BYTES = 64 << 10
 BODY_CHUNK_BYTES = 1 << 20  # a large frame's memory grows as its bytes arrive, by this
 # Frames received but not yet taken; beyond either limit the socket is not read, which
@@ -377,7 +379,7 @@ class FrameStream(asyncio.BufferedProtocol):
     def peer_host(self) -> str:
         """The client's IP address ("*" when unknown), as host ACLs name it."""
         peer = self.transport.get_extra_info("peername") if self.transport else None
-        return str(peer[0]) if isinstance(peer, tuple) else "*"
+        return canonical_host(str(peer[0])) if isinstance(peer, tuple) else "*"
 
     def is_closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import AlterUserScramCredentialsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
-from ...acls import ANONYMOUS, CLUSTER_NAME, Operation, ResourceType
+from ...acls import ANONYMOUS, Operation
 from ...tokens import Tokens
 from ...users import (
     DEFAULT_ITERATIONS,
@@ -169,7 +169,7 @@ def _every_user(ctx: RequestContext, req: Any, code: ErrorCode, message: str) ->
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
-    if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+    if not ctx.may_manage_users(Operation.ALTER):
         return _every_user(ctx, req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, DENIED)
     try:
         accepted, errors = await _sort_out(ctx, req)

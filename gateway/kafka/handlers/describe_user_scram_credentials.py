@@ -14,7 +14,7 @@ from typing import Any
 from kafka.protocol.admin import DescribeUserScramCredentialsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
-from ...acls import CLUSTER_NAME, Operation, ResourceType
+from ...acls import Operation
 from ...users import MECHANISMS, Users
 from ..context import RequestContext
 from ..errors import error_of
@@ -75,7 +75,7 @@ def _answer(ctx: RequestContext, code: ErrorCode, message: str, results: list[An
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
-    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+    if not ctx.may_manage_users(Operation.DESCRIBE):
         # Kafka's getErrorResponse: one nameless result per listed user, with the error.
         denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return _answer(ctx, denied, DENIED, [_result("", denied, DENIED) for _ in req.users or ()])

@@ -239,6 +239,15 @@ async def _prepare_transactional(
         )
     if not batch.is_idempotent:
         return _fail(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
+    tid = ctx.request.body.transactional_id
+    if tid is None:
+        # Kafka: transactional records come with the request's transactional id, whose
+        # Write permission was checked; without it a client could add records to another
+        # producer's transaction by naming its producer id.
+        return _fail(
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "transactional records need the request's transactional id",
+        )
     try:
         await broker.txns.ready()
     except TxnError as exc:
@@ -248,7 +257,9 @@ async def _prepare_transactional(
     # No await from here to store_async: EndTxn must not come between the check that the
     # transaction is open and the write (it would not count these records).
     try:
-        wp = broker.txns.write_pointer_for(batch.producer_id, batch.producer_epoch, info.id.topic)
+        wp = broker.txns.write_pointer_for(
+            tid, batch.producer_id, batch.producer_epoch, info.id.topic
+        )
     except TxnError as exc:
         return _fail(exc.code, str(exc))
     verdict = check(entry, batch)

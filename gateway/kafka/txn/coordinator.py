@@ -387,14 +387,18 @@ class TxnCoordinator:
                 out.update(rec.pending_for(group_id))
         return out
 
-    def write_pointer_for(self, producer_id: int, epoch: int, topic: str) -> int:
+    def write_pointer_for(
+        self, transactional_id: str, producer_id: int, epoch: int, topic: str
+    ) -> int:
         """Produce: the write pointer a transactional batch is stored under. ``topic``:
-        the partition's TMS topic name."""
+        the partition's TMS topic name. The producer id must be the transactional id's
+        (Kafka's check since KIP-890): the request's id is the one whose ACL was checked."""
         rec = self._by_pid.get(producer_id)
-        if rec is None:
+        if rec is None or rec.transactional_id != transactional_id:
             raise TxnError(
                 E.INVALID_PRODUCER_ID_MAPPING,
-                f"producer {producer_id} has no transactional id (InitProducerId first)",
+                f"producer {producer_id} is not the producer of transactional id "
+                f"{transactional_id!r} (InitProducerId first)",
             )
         if epoch != rec.epoch:
             raise TxnError(
