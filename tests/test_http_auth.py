@@ -544,6 +544,23 @@ def test_transactions_need_the_cluster(gw: Gateway, ca_file: str, admin: httpx.C
         assert http2.post(f"/v1/transactions/{theirs}/invalidate").status_code == 200
 
 
+def test_a_keyed_start_needs_write_on_its_transactional_id(
+    gw: Gateway, ca_file: str, admin: httpx.Client
+) -> None:
+    """A keyed start returns the key's open transaction (whoever started it), so the key is
+    guarded as a Kafka transactional id is."""
+    user = gw.add_user()
+    key = f"orders-{uuid.uuid4().hex[:6]}"
+    wp = admin.post("/v1/transactions", json={"key": key}).json()["writePointer"]
+    gw.grant(user, ResourceType.CLUSTER, CLUSTER_NAME, Operation.IDEMPOTENT_WRITE)
+    with client_of(gw, ca_file, user) as http:
+        assert http.post("/v1/transactions").status_code == 200  # unkeyed: the cluster's
+        message = refused(http.post("/v1/transactions", json={"key": key}), 403)
+        assert message == f"User:{user} may not WRITE TRANSACTIONAL_ID {key!r}"
+        gw.grant(user, ResourceType.TRANSACTIONAL_ID, key, Operation.WRITE)
+        assert http.post("/v1/transactions", json={"key": key}).json()["writePointer"] == wp
+
+
 def test_a_commit_manifest_needs_write_on_its_topics(
     gw: Gateway, ca_file: str, admin: httpx.Client
 ) -> None:

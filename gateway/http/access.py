@@ -67,6 +67,9 @@ class Need:
     # CREATE on the cluster is enough to create any topic, as Kafka's CreateTopics allows.
     or_cluster: Operation | None = None
     manifest: bool = False  # and WRITE on every topic a commit's manifest publishes
+    # and WRITE on the TRANSACTIONAL_ID the body's "key" names: a keyed start hands back
+    # the key's open transaction, as a Kafka transactional id does, so it is guarded alike
+    keyed: bool = False
 
 
 W, R, D = Operation.WRITE, Operation.READ, Operation.DESCRIBE
@@ -85,7 +88,7 @@ PERMISSIONS: dict[str, Need] = {
     "offsets": Need(On.TOPIC, (D,)),
     # kafka-acls.sh refuses Write on --cluster (Kafka's valid cluster operations), so
     # IdempotentWrite, which it grants, does as well.
-    "start_transaction": Need(On.CLUSTER, (W, Operation.IDEMPOTENT_WRITE)),
+    "start_transaction": Need(On.CLUSTER, (W, Operation.IDEMPOTENT_WRITE), keyed=True),
     "commit": Need(On.CLUSTER, (W, Operation.IDEMPOTENT_WRITE), manifest=True),
     "abort": Need(On.CLUSTER, (W, Operation.IDEMPOTENT_WRITE)),
     "invalidate": Need(On.CLUSTER, (Operation.ALTER,)),  # an operator's: any transaction
@@ -185,12 +188,29 @@ class Access:
                 return request, None
         if not self.allowed(principal, host, need.operations, rtype, name):
             return request, (need.operations, rtype, name)
+        if need.keyed:
+            request, key = await self._transaction_key(request)
+            txn_id = (ResourceType.TRANSACTIONAL_ID, key or "")
+            if key is not None and not self.allowed(principal, host, (W,), *txn_id):
+                return request, ((W,), *txn_id)
         if need.manifest:
             request, topics = await self._manifest_topics(request)
             for topic in topics:
                 if not self.allowed(principal, host, (W,), ResourceType.TOPIC, topic):
                     return request, ((W,), ResourceType.TOPIC, topic)
         return request, None
+
+    async def _transaction_key(self, request: Request) -> tuple[Request, str | None]:
+        """The key a transaction's start names, and the request with its body to read
+        again. A body the handler refuses (400) names none here."""
+        body = await read_body(request, self.max_body)
+        request = _with_body(request, body)
+        try:
+            doc = json.loads(body) if body else None
+        except (ValueError, RecursionError):
+            return request, None
+        key = doc.get("key") if isinstance(doc, dict) else None
+        return request, key if isinstance(key, str) else None
 
     async def _manifest_topics(self, request: Request) -> tuple[Request, list[str]]:
         """The topics a commit's body would publish to, and the request with that body to
