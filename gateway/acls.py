@@ -240,6 +240,34 @@ def _covers(deny: AclBinding, allow: AclBinding) -> bool:
     return allow.resource_name.startswith(deny.resource_name)
 
 
+@dataclass(slots=True)
+class _Index:
+    """One resource type's bindings, looked up by a resource name without a scan of them
+    all: literal ones by name (``*`` among them), prefixed ones by prefix, so a decision
+    costs one lookup per character of the name, however many ACLs there are."""
+
+    all: list[AclBinding]
+    literal: dict[str, list[AclBinding]]
+    prefixed: dict[str, list[AclBinding]]
+
+    @classmethod
+    def of(cls, bindings: list[AclBinding]) -> _Index:
+        index = cls(bindings, {}, {})
+        for b in bindings:
+            table = index.literal if b.pattern_type == PatternType.LITERAL else index.prefixed
+            table.setdefault(b.resource_name, []).append(b)
+        return index
+
+    def matching(self, name: str) -> list[AclBinding]:
+        found = [*self.literal.get(name, ()), *self.literal.get(WILDCARD, ())]
+        if name == WILDCARD:
+            found = found[: len(self.literal.get(name, ()))]  # "*" once, not twice
+        if self.prefixed:
+            for end in range(1, len(name) + 1):
+                found += self.prefixed.get(name[:end], ())
+        return found
+
+
 class Authorizer:
     """The ACLs of one store, and the decisions made from them. Thread-safe: the Kafka
     listener asks on the event loop, the HTTP API too, and changes come from handlers
@@ -268,7 +296,7 @@ class Authorizer:
         self._bindings: dict[str, AclBinding] = {}
         # The bindings by resource type, and the decisions made from exactly those: one
         # tuple, replaced whole, so no decision is cached against other bindings.
-        self._state: tuple[dict[ResourceType, list[AclBinding]], dict[_Key, bool]] = ({}, {})
+        self._state: tuple[dict[ResourceType, _Index], dict[_Key, bool]] = ({}, {})
         self._logged: dict[tuple[str, ResourceType, str, Operation], float] = {}
         self._suppressed = 0
         self.load()
@@ -287,10 +315,10 @@ class Authorizer:
 
     def _replace(self, bindings: dict[str, AclBinding]) -> None:
         self._bindings = bindings
-        by_type: dict[ResourceType, list[AclBinding]] = {}
+        grouped: dict[ResourceType, list[AclBinding]] = {}
         for b in bindings.values():
-            by_type.setdefault(b.resource_type, []).append(b)
-        self._state = (by_type, {})
+            grouped.setdefault(b.resource_type, []).append(b)
+        self._state = ({rtype: _Index.of(found) for rtype, found in grouped.items()}, {})
 
     def bindings(self, flt: AclFilter | None = None) -> list[AclBinding]:
         with self._lock:
@@ -376,12 +404,12 @@ class Authorizer:
         by_type, _ = self._state
         found = [
             b
-            for b in by_type.get(resource_type, ())
+            for b in (by_type[resource_type].all if resource_type in by_type else ())
             if b.principal in (who, WILDCARD_PRINCIPAL)
             and b.host in (host, WILDCARD)
             and b.operation in (operation, Operation.ALL)
         ]
-        if not by_type.get(resource_type):
+        if resource_type not in by_type:
             return self.allow_if_no_acl
         denies = [b for b in found if b.permission == Permission.DENY]
         for allow in found:
@@ -393,7 +421,7 @@ class Authorizer:
 
     def _decide(
         self,
-        by_type: dict[ResourceType, list[AclBinding]],
+        by_type: dict[ResourceType, _Index],
         who: str,
         host: str,
         op: Operation,
@@ -402,7 +430,8 @@ class Authorizer:
     ) -> bool:
         if who in self.super_users:
             return True
-        matching = [b for b in by_type.get(rtype, ()) if b.pattern_matches(name)]
+        index = by_type.get(rtype)
+        matching = index.matching(name) if index is not None else []
         if not matching:
             return self.allow_if_no_acl
         allow = False

@@ -5,6 +5,7 @@ a data source from plain threads, on the driver and in its Python workers."""
 from __future__ import annotations
 
 import re
+import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -51,8 +52,9 @@ class Gateway:
         self.url = url.rstrip("/")
         self.namespace = namespace
         headers = {"Authorization": f"Bearer {token}"} if token else None
+        verify = ssl.create_default_context(cafile=ca_file) if ca_file else True
         self.http = httpx.Client(
-            base_url=self.url, timeout=TIMEOUT_S, headers=headers, verify=ca_file or True
+            base_url=self.url, timeout=TIMEOUT_S, headers=headers, verify=verify
         )
 
     def close(self) -> None:

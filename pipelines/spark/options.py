@@ -101,6 +101,10 @@ def parse(opts: Mapping[str, str]) -> SourceOptions:
     url, bootstrap = o.get("url"), o.get("bootstrap") or o.get("kafka.bootstrap.servers")
     if not url and not bootstrap:
         raise ValueError("give the gateway's url (its HTTP API) or bootstrap (its Kafka listener)")
+    if o.get("token") and not url:
+        # The address found through the Kafka listener (an unauthenticated connection)
+        # is not trusted with a credential.
+        raise ValueError("token: give the gateway's url as well")
     if "assign" in o:
         raise ValueError("assign is not supported by the tms source: use subscribe")
     subscribe = o.get("subscribe")

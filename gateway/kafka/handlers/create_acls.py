@@ -10,23 +10,23 @@ from kafka.protocol.admin import CreateAclsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
 from ...acls import AclBinding, AclError, Operation, PatternType, Permission, ResourceType
+from ..acl_wire import enum_of, refusal
 from ..context import RequestContext
 from ..errors import error_of
 from ..routes import Route
-from .describe_acls import _enum, refusal
 
 _Result = CreateAclsResponse.AclCreationResult
 
 
 def binding_of(wire: Any) -> AclBinding:
     return AclBinding(
-        _enum(ResourceType, wire.resource_type),
+        enum_of(ResourceType, wire.resource_type),
         wire.resource_name or "",
-        _enum(PatternType, wire.resource_pattern_type),
+        enum_of(PatternType, wire.resource_pattern_type),
         wire.principal or "",
         wire.host or "",
-        _enum(Operation, wire.operation),
-        _enum(Permission, wire.permission_type),
+        enum_of(Operation, wire.operation),
+        enum_of(Permission, wire.permission_type),
     ).validate()
 
 

@@ -9,10 +9,10 @@ from kafka.protocol.admin import DeleteAclsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
 from ...acls import AclBinding, AclError, AclFilter, Operation
+from ..acl_wire import filter_of, refusal
 from ..context import RequestContext
 from ..errors import error_of
 from ..routes import Route
-from .describe_acls import filter_of, refusal
 
 _Result = DeleteAclsResponse.DeleteAclsFilterResult
 _Match = _Result.DeleteAclsMatchingAcl

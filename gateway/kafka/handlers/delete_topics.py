@@ -53,13 +53,14 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
                 error_message=f"no topic has id {topic_id}",
                 **kwargs,
             )
-        name = info.name
-        if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
-            # Kafka does not tell a topic id's name to who may not see the topic.
-            return _denied(None, kwargs)
     # Kafka (ControllerApis.deleteTopics): Delete on the cluster allows every topic;
     # otherwise Describe, then the topic's existence, then Delete on it.
     on_cluster = ctx.allowed(Operation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME, log=False)
+    if name is None:
+        name = info.name
+        if not on_cluster and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+            # Kafka does not tell a topic id's name to who may not see the topic.
+            return _denied(None, kwargs)
     if not on_cluster and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
         return _denied(name, kwargs)
     try:

@@ -10,51 +10,16 @@ from kafka.protocol.admin import DescribeAclsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
 from ...acls import (
-    CLUSTER_NAME,
     AclBinding,
     AclError,
-    AclFilter,
     Operation,
-    PatternType,
-    Permission,
-    ResourceType,
 )
+from ..acl_wire import filter_of, refusal
 from ..context import RequestContext
 from ..routes import Route
 
 _Resource = DescribeAclsResponse.DescribeAclsResource
 _Acl = _Resource.AclDescription
-NO_AUTHORIZER = "No Authorizer is configured on the broker"  # Kafka's words
-
-
-def _enum(kind: type[Any], value: int) -> Any:
-    """A wire code as its enum, UNKNOWN (0) for a code Kafka does not define."""
-    try:
-        return kind(value)
-    except ValueError:
-        return kind(0)
-
-
-def filter_of(wire: Any) -> AclFilter:
-    """A DescribeAcls request or a DeleteAcls filter (the same fields) as an AclFilter."""
-    return AclFilter(
-        resource_type=_enum(ResourceType, wire.resource_type_filter),
-        resource_name=wire.resource_name_filter,
-        pattern_type=_enum(PatternType, wire.pattern_type_filter),
-        principal=wire.principal_filter,
-        host=wire.host_filter,
-        operation=_enum(Operation, wire.operation),
-        permission=_enum(Permission, wire.permission_type),
-    ).validate()
-
-
-def refusal(ctx: RequestContext, operation: Operation) -> tuple[ErrorCode, str] | None:
-    """Why an ACL request is refused as a whole, if it is."""
-    if not ctx.broker.authorizer.enabled:
-        return ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER
-    if not ctx.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME):
-        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
-    return None
 
 
 def _grouped(bindings: list[AclBinding]) -> list[Any]:

@@ -94,7 +94,10 @@ async def _requested(ctx: RequestContext, req: Any) -> list[Any]:
         out.append(_missing(name, code) if info is None else _topic(info, node))
     async for topic_id in broker.paced(ids):
         info = await broker.topics.by_uuid(topic_id)
-        if info is None or not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, info.name):
+        if info is not None and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, info.name):
+            # Kafka: not authorized, and the name not told
+            out.append(_missing(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic_id))
+        elif info is None:
             out.append(_missing(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
         else:
             out.append(_topic(info, node))
