@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -32,7 +33,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     actions = p.add_subparsers(dest="users_command", required=True)
 
     def store_option(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--store", default=DEFAULT_STORE, help="store URL (default: %(default)s)")
+        q.add_argument(
+            "--store",
+            default=os.environ.get("TMSGATE_STORE", DEFAULT_STORE),
+            help="store URL (default: $TMSGATE_STORE or %(default)s), as `tmsgate serve`",
+        )
 
     add = actions.add_parser("add", help="add a user, or set its password for a mechanism")
     add.add_argument("name")
