@@ -64,6 +64,7 @@ from kafka.protocol.admin import (
     CreateAclsRequest,
     DeleteAclsRequest,
     DescribeAclsRequest,
+    DescribeGroupsRequest,
     ListGroupsRequest,
 )
 from kafka.protocol.metadata import MetadataRequest
@@ -1212,6 +1213,29 @@ def test_list_groups_without_cluster_describe(gw: GatewayThread, cluster: Cluste
         assert {g.group_id for g in listed.valid} & ours == {seen, described}
         cluster.grant(mia, BROKER, CLUSTER, Op.DESCRIBE)
         assert list_groups(c) & ours == ours
+    finally:
+        c.close()
+
+
+def test_describe_groups_reports_the_principals_operations(
+    gw: GatewayThread, cluster: Cluster
+) -> None:
+    """DescribeGroups v3+ with include_authorized_operations: the group operations this
+    principal may do (a bit field of Kafka's codes), as Kafka reports them."""
+    ned, group = cluster.user(), f"{uid()}-ops"
+    cluster.grant(ned, GROUP, group, Op.READ)  # Read, and the Describe it implies
+    c = login(gw, ned)
+    try:
+        req = DescribeGroupsRequest(groups=[group], include_authorized_operations=True)
+        described = c.request(req, 5).groups[0]
+        assert set(described.authorized_operations) == {Op.READ.value, Op.DESCRIBE.value}
+        cluster.grant(ned, GROUP, group, Op.DELETE)
+        described = c.request(req, 5).groups[0]
+        assert set(described.authorized_operations) == {
+            Op.READ.value,
+            Op.DESCRIBE.value,
+            Op.DELETE.value,
+        }
     finally:
         c.close()
 

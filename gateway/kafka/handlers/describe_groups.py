@@ -14,7 +14,7 @@ from ..routes import Route
 
 _Group = DescribeGroupsResponse.DescribedGroup
 _Member = _Group.DescribedGroupMember
-# Without ACLs every group operation is allowed: READ (3), DELETE (6), DESCRIBE (8).
+# The group operations Kafka reports: READ (3), DELETE (6), DESCRIBE (8).
 GROUP_OPERATIONS = frozenset({3, 6, 8})
 
 
@@ -73,10 +73,19 @@ def _failed(group_id: str, exc: GroupError, ops: Any) -> Any:
 async def handle(ctx: RequestContext, req: Any) -> Any:
     coordinator = ctx.broker.groups
     want_ops = ctx.version >= 3 and req.include_authorized_operations
-    ops = set(GROUP_OPERATIONS) if want_ops else None
     groups = []
     # Paced: the ids are what the client sent, and describing one awaits nothing.
     async for group_id in ctx.broker.paced(req.groups):
+        # Kafka: the operations this principal may do on the group (all, without ACLs).
+        ops = (
+            {
+                op
+                for op in GROUP_OPERATIONS
+                if ctx.allowed(Operation(op), ResourceType.GROUP, group_id, log=False)
+            }
+            if want_ops
+            else None
+        )
         if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
             groups.append(_failed(group_id, _DENIED, ops))
             continue

@@ -41,7 +41,12 @@ def _describe(ctx: RequestContext, tid: str, loaded: ErrorCode) -> Any:
         transaction_start_time_ms=rec.started_ms,
         producer_id=rec.producer_id,
         producer_epoch=rec.epoch,
-        topics=[_Topic(topic=t, partitions=ps) for t, ps in sorted(_partitions(rec.topics))],
+        # Kafka leaves out the topics the principal may not describe.
+        topics=[
+            _Topic(topic=t, partitions=ps)
+            for t, ps in sorted(_partitions(rec.topics))
+            if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t, log=False)
+        ],
     )
 
 
