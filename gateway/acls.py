@@ -259,9 +259,9 @@ class _Index:
         return index
 
     def matching(self, name: str) -> list[AclBinding]:
-        found = [*self.literal.get(name, ()), *self.literal.get(WILDCARD, ())]
-        if name == WILDCARD:
-            found = found[: len(self.literal.get(name, ()))]  # "*" once, not twice
+        found = list(self.literal.get(name, ()))
+        if name != WILDCARD:
+            found += self.literal.get(WILDCARD, ())
         if self.prefixed:
             for end in range(1, len(name) + 1):
                 found += self.prefixed.get(name[:end], ())
@@ -409,8 +409,6 @@ class Authorizer:
             and b.host in (host, WILDCARD)
             and b.operation in (operation, Operation.ALL)
         ]
-        if resource_type not in by_type:
-            return self.allow_if_no_acl
         denies = [b for b in found if b.permission == Permission.DENY]
         for allow in found:
             if allow.permission != Permission.ALLOW:

@@ -175,7 +175,7 @@ class Access:
     ) -> tuple[Request, Denied | None]:
         """-> the request (to read its body again after a manifest was read from it) and,
         if the principal may not, what it lacks."""
-        host = canonical_host(request.client.host) if request.client else "*"
+        host = client_host(request)
         cluster = (ResourceType.CLUSTER, CLUSTER_NAME)
         if need.on is On.CLUSTER:
             rtype, name = cluster
@@ -230,7 +230,7 @@ class Access:
         here is no error, so it is not logged), as Kafka's Metadata for all topics."""
         if resp.status_code != 200:
             return resp
-        host = canonical_host(request.client.host) if request.client else "*"
+        host = client_host(request)
         namespace = request.path_params["namespace"]
         names = [
             n
@@ -245,6 +245,11 @@ class Access:
             )
         ]
         return json_response(names)
+
+
+def client_host(request: Request) -> str:
+    """The client's address as host ACLs name it (gateway/acls.py canonical_host)."""
+    return canonical_host(request.client.host) if request.client else "*"
 
 
 def forbidden(
