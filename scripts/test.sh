@@ -22,7 +22,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 echo "== installing tmsgate and its test dependencies into .venv"
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test,spark]'
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test,spark,hbase]'
 
 echo "== ruff"
 .venv/bin/ruff check .

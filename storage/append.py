@@ -83,6 +83,7 @@ class RowAppender:
             off += 1
         st.last_ts, st.last_seq, st.next_offset = ts, seq, off
         assert first is not None
+        batch.appended(st.intent_key, prefix + first, prefix + pack(ts, seq), n)
         f_ts, f_seq = _SUFFIX.unpack(first)
         rollback = None
         if wp is not None:
@@ -115,6 +116,7 @@ class RowAppender:
             for off, (payload, meta, ttl) in zip(range(base, base + n), entries, strict=True)  # type: ignore[misc]
         ]
         batch.mutations.extend(zip(row_keys, values, strict=True))
+        batch.appended(st.intent_key, row_keys[0], row_keys[-1], n)
         end = base + n
         st.last_ts, st.last_seq, st.next_offset = ts, seq + n, end
         batch.after.append(lambda: self._on_visible(st, end))
@@ -128,7 +130,8 @@ class RowAppender:
         )
 
     def watch_tx_row(self, batch: Batch, st: TopicState, wp: int, base: int) -> None:
-        batch.mutations.append((st.open_tx_prefix + keys.OPEN_TX_SUFFIX.pack(wp, base), b""))
+        marker = st.open_tx_prefix + keys.OPEN_TX_SUFFIX.pack(wp, base)
+        batch.derive(st.intent_key, [(marker, b"")])
         with st.lock:
             st.open_tx_rows.append(OpenTxRow(base, wp))
         self.tx_topics.setdefault(wp, set()).add(st.topic)
@@ -160,13 +163,13 @@ class RowAppender:
             ts, seq = ts + 1, 0
         suffix = _SUFFIX.pack(ts, seq)
         base = st.next_offset
+        key = st.msg_prefix + suffix
         batch.mutations.append(
-            (
-                st.msg_prefix + suffix,
-                keys.encode_row(base, count, None, wp, reference=True, sealed=sealed),
-            )
+            (key, keys.encode_row(base, count, None, wp, reference=True, sealed=sealed))
         )
-        batch.mutations.append((st.referenced_prefix + _U64.pack(wp), b""))
+        batch.appended(st.intent_key, key, key, 1)
+        # After the reference (derived): the marker says the payloads were published.
+        batch.derive(st.intent_key, [(st.referenced_prefix + _U64.pack(wp), b"")])
         st.last_ts, st.last_seq, st.next_offset = ts, seq, base + count
         st.published_refs.add(wp)
         st.stored.pop(wp, None)
@@ -187,6 +190,7 @@ class RowAppender:
             base, n = st.next_offset, min(count, keys.MAX_ROW_COUNT)
             key = st.msg_prefix + _SUFFIX.pack(ts, seq)
             batch.mutations.append((key, keys.encode_gap(base, n)))
+            batch.appended(st.intent_key, key, key, 1)
             end = base + n
             st.last_ts, st.last_seq, st.next_offset = ts, seq, end
             count -= n

@@ -1,8 +1,18 @@
-"""The small ordered key-value interface every backend implements, and URL selection."""
+"""The small ordered key-value interface every backend implements, and engines by URL.
+
+The contract is HBase's, the weakest backend the store runs on: **a row is written
+atomically, and nothing more**. A write of several rows may land in part (a crash or an
+error between rows) and in any order. Where the store needs an order (payloads before
+the MessageTable row that makes them visible, a transaction's invalid mark before its
+in-progress row goes) it hands the backend *phases*: every row of one phase is durable
+before any row of the next is written. LevelDB, which writes a whole batch atomically,
+may write all phases as one batch: atomic is stronger than ordered.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import importlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from .errors import StorageError
@@ -13,7 +23,12 @@ Mutation = tuple[bytes, bytes | None]
 
 class Backend(Protocol):
     def write(self, mutations: Sequence[Mutation], sync: bool = True) -> None:
-        """Apply all mutations atomically; with sync, durable (fsync) before returning."""
+        """Apply the mutations, each row atomically, in no promised order; with sync,
+        durable before returning. On an error, any subset of them may have landed."""
+
+    def write_phases(self, phases: Sequence[Sequence[Mutation]], sync: bool = True) -> None:
+        """Apply the phases in order: all of one phase is durable before any row of the
+        next is written. On an error, a prefix of phases landed, then part of one."""
 
     def get(self, key: bytes) -> bytes | None: ...
 
@@ -25,7 +40,8 @@ class Backend(Protocol):
         reverse: bool = False,
         include_start: bool = True,
     ) -> Iterator[tuple[bytes, bytes]]:
-        """Keys in [start, stop), ascending, or descending with reverse."""
+        """Keys in [start, stop), ascending, or descending with reverse. Each row as it
+        was at some moment during the scan (no snapshot across rows is promised)."""
 
     def collect_garbage(self) -> dict[str, int]:
         """Reclaim space the backend holds for deleted rows (the janitor calls this)."""
@@ -37,27 +53,65 @@ class Backend(Protocol):
     # and other backends need not have it.
 
 
+# An engine opens a backend from the rest of its URL (after ``scheme://``).
+Opener = Callable[..., Backend]
+# scheme -> (module, function, extra to install when the module's dependency is missing)
+_ENGINES: dict[str, tuple[str, str, str | None]] = {
+    "leveldb": ("tmsgate.storage.leveldb", "open_url", None),
+    "memory": ("tmsgate.storage.memory", "open_url", None),
+    "hbase": ("tmsgate.storage.hbase", "open_url", "hbase"),
+}
+
+
+def register_engine(scheme: str, module: str, function: str, extra: str | None = None) -> None:
+    """Make ``scheme://...`` open through ``module.function(rest, **options)``."""
+    _ENGINES[scheme] = (module, function, extra)
+
+
+def engines() -> list[str]:
+    return sorted(_ENGINES)
+
+
 def open_backend(
     url: str, snapshot: bool = False, disk_reserve_bytes: int | None = None
 ) -> Backend:
-    """``leveldb:///abs/path`` or ``leveldb://./relative``; ``hbase://host:port`` later.
+    """The backend a store URL names: ``leveldb:///abs/path`` or ``leveldb://./relative``,
+    ``memory://name`` (in this process; faults on request, see memory.py) or
+    ``hbase://host:port/prefix``.
 
     With ``snapshot``, open a private point-in-time copy instead, so tools can look at a
-    store that a running gateway holds locked. ``disk_reserve_bytes``: the reserve kept
-    for a full disk (``space.py``); None leaves an existing reserve as it is."""
+    store that a running gateway holds locked (engines that have no lock ignore it).
+    ``disk_reserve_bytes``: the reserve kept for a full disk (``space.py``); None leaves
+    an existing reserve as it is; engines without a local disk ignore it."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise StorageError(f"store URL {url!r} has no scheme; try leveldb:///path/to/dir")
-    if scheme == "leveldb":
-        if not rest:
-            raise StorageError(f"store URL {url!r} has no path")
-        from .leveldb import LevelDBBackend, snapshot_copy
-
-        if snapshot:
-            return LevelDBBackend(snapshot_copy(rest), temporary=True)
-        return LevelDBBackend(rest, disk_reserve_bytes=disk_reserve_bytes)
-    if scheme == "hbase":
+    engine = _ENGINES.get(scheme)
+    if engine is None:
         raise StorageError(
-            "the HBase backend is not part of this build; use leveldb:///path for now"
+            f"unknown store URL scheme {scheme!r} in {url!r}; known: {', '.join(engines())}"
         )
-    raise StorageError(f"unknown store URL scheme {scheme!r} in {url!r}; known: leveldb")
+    module_name, function, extra = engine
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if extra is None or not _missing_dependency(exc, module_name):
+            raise
+        raise StorageError(
+            f"the {scheme} engine needs {exc.name or 'a package that is missing'}: "
+            f"pip install 'tmsgate[{extra}]'"
+        ) from exc
+    opener: Opener = getattr(module, function)
+    return opener(rest, snapshot=snapshot, disk_reserve_bytes=disk_reserve_bytes)
+
+
+def _missing_dependency(exc: ImportError, module_name: str) -> bool:
+    """A third-party package the engine imports is missing (not the engine itself)."""
+    return exc.name is not None and not module_name.startswith(exc.name)
+
+
+def write_each_phase(backend: Backend, phases: Sequence[Sequence[Mutation]], sync: bool) -> None:
+    """write_phases for a backend without multi-row atomicity: one write per phase."""
+    for phase in phases:
+        if phase:
+            backend.write(phase, sync=sync)

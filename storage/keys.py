@@ -26,6 +26,7 @@ TOPIC = b"T"
 CHECKPOINT = b"C"
 TX = b"X"
 STATE = b"S"
+INTENT = b"I"  # I | topic: the rows a write in flight appends to the topic (intents.py)
 
 GENERATION = struct.Struct(">i")
 MESSAGE_SUFFIX = struct.Struct(">QH")  # publish_ts, seq
@@ -79,6 +80,10 @@ def prefix_end(prefix: bytes) -> bytes:
     if not trimmed:
         raise ValueError("a prefix of only 0xff bytes has no end")
     return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def intent_key(topic: TopicId) -> bytes:
+    return INTENT + topic_name(topic)
 
 
 def state_key(area: str, key: str) -> bytes:
@@ -187,3 +192,44 @@ def negate_write_pointer(value: bytes) -> bytes:
     if wp < 0:
         return value
     return value[:_HEAD_SIZE] + TX_COLUMN.pack(-wp) + value[_HEAD_SIZE + 8 :]
+
+
+# --- the same rows as columns (a backend with columns: HBase) -------------------------
+# The seed's column layout: ``o`` (flags, base offset, count: the head above), ``t``
+# (write pointer), ``l`` (ttl), ``m`` (Kafka metadata) and ``p`` (payload), each present
+# only when the row has it. row_from_columns(row_columns(v)) == v for every row value.
+COL_HEAD = b"o"
+COL_TX = b"t"
+COL_TTL = b"l"
+COL_META = b"m"
+COL_PAYLOAD = b"p"
+
+
+def row_columns(value: bytes) -> dict[bytes, bytes]:
+    """A MessageTable or PayloadTable row value split into its columns."""
+    flags = value[0]
+    cols = {COL_HEAD: value[:_HEAD_SIZE]}
+    pos = _HEAD_SIZE
+    if flags & F_TX:
+        cols[COL_TX] = value[pos : pos + 8]
+        pos += 8
+    if flags & F_TTL:
+        cols[COL_TTL] = value[pos : pos + 8]
+        pos += 8
+    if flags & F_META:
+        n = META_LEN.unpack_from(value, pos)[0]
+        cols[COL_META] = value[pos + 4 : pos + 4 + n]
+        pos += 4 + n
+    if flags & F_PAYLOAD:
+        cols[COL_PAYLOAD] = value[pos:]
+    return cols
+
+
+def row_from_columns(cols: dict[bytes, bytes]) -> bytes:
+    """The inverse of row_columns."""
+    parts = [cols[COL_HEAD], cols.get(COL_TX, b""), cols.get(COL_TTL, b"")]
+    meta = cols.get(COL_META)
+    if meta is not None:
+        parts += [META_LEN.pack(len(meta)), meta]
+    parts.append(cols.get(COL_PAYLOAD, b""))
+    return b"".join(parts)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 
-from . import keys, reader
+from . import intents, keys, reader
 from .append import Item, RowAppender
 from .backend import Backend, Mutation, open_backend
 from .errors import (
@@ -39,6 +39,7 @@ from .ids import (
 )
 from .janitor import Janitor
 from .topics import (
+    OpenTxRow,
     TopicState,
     decode_metadata,
     encode_metadata,
@@ -109,6 +110,7 @@ class Store:
         self._write_failures = 0
         # A full disk: publishes and stores are refused while this says so (space.py).
         self._space = getattr(backend, "space", None)
+        intents.settle(backend)  # writes a crash left in part, before anything reads
         self._writer = Writer(backend, on_failure=self._reload)
         self._rows = RowAppender(backend, self._clock, self._made_visible)
         self.transactions = TransactionManager(
@@ -314,9 +316,9 @@ class Store:
                         st.open_tx_rows = [r for r in st.open_tx_rows if r.base_offset < saved[2]]
                     st.published_refs.discard(wp)  # type: ignore[arg-type]
                     raise
-                batch.mutations.extend(updates)
-            else:
-                batch.mutations.extend(state_mutations)
+                batch.derive(st.intent_key, updates)
+            elif state_mutations:
+                batch.derive(st.intent_key, state_mutations)
             return result
 
         return self._writer.submit(op)
@@ -477,6 +479,12 @@ class Store:
                 batch.mutations.append((prefix + keys.PAYLOAD_ROW.pack(ts, seq), value))
             if first is None:
                 return StoredRange(wp, 0, 0, 0, 0, 0)  # nothing stored
+            batch.appended(
+                st.intent_key,
+                prefix + keys.PAYLOAD_ROW.pack(*first),
+                prefix + keys.PAYLOAD_ROW.pack(ts, seq),
+                len(entries),
+            )
             stored[:] = [count + len(entries), ts, seq]
             return StoredRange(wp, first[0], first[1], ts, seq, len(entries))
 
@@ -515,7 +523,8 @@ class Store:
                 doomed += [k for k, _ in self._backend.scan(low, prefix + start)]
                 low = prefix + end + b"\x00"
             doomed += [k for k, _ in self._backend.scan(low, keys.prefix_end(prefix))]
-            batch.mutations.extend((key, None) for key in doomed)
+            # Gone before the reference lands (``first``): it counts the rows it finds.
+            batch.first.extend((key, None) for key in doomed)
             if self._rows.is_referenced(st, wp):
                 return 0
             if not txm.is_in_progress(wp):
@@ -561,8 +570,11 @@ class Store:
                 _, base, _, row_wp, *_ = keys.decode_row(value)
                 if row_wp == wp:
                     batch.mutations.append((key, keys.negate_write_pointer(value)))
-                    bases.add(base)
                     changed += 1
+                if row_wp is not None and abs(row_wp) == wp:
+                    # Rows negated before too (a rollback that failed part-way and is
+                    # repeated): their marker, on the publish's first row, goes now.
+                    bases.add(base)
             with st.lock:
                 st.open_tx_rows = [
                     r
@@ -570,8 +582,10 @@ class Store:
                     if not (r.write_pointer == detail.write_pointer and r.base_offset in bases)
                 ]
             for base in bases:
+                # After the rows are negated (``then``): a marker gone first would stop
+                # holding the last stable offset for a row still read as in progress.
                 marker = keys.OPEN_TX_SUFFIX.pack(detail.write_pointer, base)
-                batch.mutations.append((st.open_tx_prefix + marker, None))
+                batch.then.append((st.open_tx_prefix + marker, None))
             batch.after.append(lambda: self._notify(topic, st.visible_offset))
             return changed
 
@@ -855,10 +869,35 @@ class Store:
             if st is None:
                 md = self._require(topic)
                 st = load_state(self._backend, md, self.transactions.is_in_progress)
+                if st.open_tx_rows:
+                    st.open_tx_rows = self._still_open(st)
                 for row in st.open_tx_rows:
                     self._rows.tx_topics.setdefault(row.write_pointer, set()).add(topic)
                 self._states[topic] = st
             return st
+
+    def _still_open(self, st: TopicState) -> list[OpenTxRow]:
+        """The open transactional rows whose markers still hold the last stable offset:
+        not those whose rows were all rolled back. A rollback negates its rows before it
+        deletes their marker, and a crash between the two leaves the marker."""
+        bases: dict[int, list[int]] = {}
+        for row in st.open_tx_rows:
+            bases.setdefault(row.write_pointer, []).append(row.base_offset)
+        kept = []
+        end = keys.prefix_end(st.msg_prefix)
+        for row in st.open_tx_rows:
+            wp, base = row.write_pointer, row.base_offset
+            later = [b for b in bases[wp] if b > base]
+            stop = min(later, default=st.next_offset)  # where the next publish of wp starts
+            scan = reader.start_for_offset(self._backend, st, base)
+            for _, value in self._backend.scan(scan.key, end):
+                _, row_base, count, row_wp, *_ = keys.decode_row(value)
+                if row_base >= stop:
+                    break
+                if row_base + count > base and row_wp == wp:
+                    kept.append(row)
+                    break
+        return kept
 
     @property
     def write_failures(self) -> int:
@@ -868,6 +907,7 @@ class Store:
     def _reload(self) -> None:
         """After a failed durable write: forget in-memory state and re-read the backend."""
         self._write_failures += 1
+        intents.settle(self._backend)
         with self._lock:
             self._metadata.clear()
             self._states.clear()

@@ -79,6 +79,7 @@ class TopicState:
     payload_prefix: bytes
     referenced_prefix: bytes
     open_tx_prefix: bytes
+    intent_key: bytes  # where a write in flight describes its rows (intents.py)
     next_offset: int = 0  # the writer's: includes rows not yet durable
     visible_offset: int = 0  # readers': advanced once the rows are on disk
     last_ts: int = 0
@@ -115,6 +116,7 @@ def load_state(
         payload_prefix=keys.data_prefix(keys.PAYLOAD, t, gen),
         referenced_prefix=keys.data_prefix(keys.REFERENCED, t, gen),
         open_tx_prefix=keys.data_prefix(keys.OPEN_TX, t, gen),
+        intent_key=keys.intent_key(t),
     )
     raw = backend.get(keys.checkpoint_key(t))
     if raw:

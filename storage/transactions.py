@@ -11,12 +11,12 @@ import enum
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .backend import Backend, Mutation
+from .backend import Backend
 from .errors import TransactionNotInProgress
 from .keys import TX, U64, prefix_end
 
@@ -69,11 +69,12 @@ class TransactionManager:
     def __init__(
         self,
         backend: Backend,
-        persist: Callable[[Sequence[Mutation]], Future[object]],
+        persist: Callable[..., Future[object]],
         clock_ms: Callable[[], int],
         on_finish: Callable[[int], None] | None = None,
     ) -> None:
-        # persist() queues a durable write and returns its future. It is called under the
+        # persist(mutations, then=None) queues a durable write (``then`` landing only after
+        # all of ``mutations``) and returns its future. It is called under the
         # lock so writes reach the disk in the order of the transitions, and awaited after
         # releasing it so that concurrent transitions share one fsync.
         self._persist = persist
@@ -101,6 +102,12 @@ class TransactionManager:
             self._invalid = {
                 U64.unpack_from(k, 2)[0] for k, _ in backend.scan(_INVALID, prefix_end(_INVALID))
             }
+            # A write that landed in part (the backend is atomic per row only): invalid
+            # was written before in-progress was deleted, so invalid wins; and the last
+            # pointer is never below one in use, or a restart could hand it out again.
+            for wp in self._invalid:
+                self._in_progress.pop(wp, None)
+            self._last_wp = max(self._last_wp, *self._in_progress, *self._invalid, 0)
 
     # --- transitions ----------------------------------------------------------------------
     # Each has a blocking form and an ``_async`` one returning a Future that resolves once
@@ -128,8 +135,10 @@ class TransactionManager:
             )
             self._last_wp = wp
             self._in_progress[wp] = expiry
+            # The last pointer before the transaction (``then``): were only the transaction
+            # to land, a restart after its commit would hand its pointer out again.
             done = self._persist(
-                [(_LAST_WP, U64.pack(wp)), (_IN_PROGRESS + U64.pack(wp), U64.pack(expiry))]
+                [(_LAST_WP, U64.pack(wp))], then=[(_IN_PROGRESS + U64.pack(wp), U64.pack(expiry))]
             )
         return tx, done
 
@@ -207,7 +216,11 @@ class TransactionManager:
         self._in_progress.pop(wp, None)
         self._invalid.add(wp)
         self._remember(wp, INVALID)
-        return self._persist([(_IN_PROGRESS + U64.pack(wp), None), (_INVALID + U64.pack(wp), b"")])
+        # Invalid first, then no longer in progress: in the other order, a crash between
+        # the two rows would leave the pointer in neither list, which reads as committed.
+        return self._persist(
+            [(_INVALID + U64.pack(wp), b"")], then=[(_IN_PROGRESS + U64.pack(wp), None)]
+        )
 
     def expire(self) -> list[int]:
         """Invalidate every in-progress transaction past its timeout."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from .backend import Backend, Mutation
 from .errors import StorageError, StoreClosed
+from .intents import encode_intents
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +30,72 @@ FAILURE_LOG_INTERVAL_S = 10.0
 
 
 class Batch:
-    """What operations append to while the writer gathers one backend write."""
+    """What operations append to while the writer gathers one backend write.
 
-    __slots__ = ("after", "mutations")
+    The backend writes a row atomically and nothing more (backend.py), so the rows go in
+    phases, each durable before the next: ``first`` (what the commit rows count on being
+    done: deletes before a reference), ``mutations`` (the commit rows), ``then`` (what
+    follows from them: markers, producer state). A topic's appended rows are also
+    described by an *intent* row written before them and deleted after ``then``: after a
+    crash, an intent left behind says which rows may have landed in part and what they
+    imply (``intents.py``). A backend that writes a whole batch atomically needs none of
+    that, and gets all phases as one write without intents."""
 
-    def __init__(self) -> None:
+    __slots__ = ("after", "derived", "first", "mutations", "ranges", "then", "track")
+
+    def __init__(self, track_intents: bool = False) -> None:
+        self.first: list[Mutation] = []
         self.mutations: list[Mutation] = []
+        self.then: list[Mutation] = []
         self.after: list[Callable[[], None]] = []  # run once the batch is durable
+        self.track = track_intents
+        # (intent key, first row key, last row key, rows): rows this batch appends
+        self.ranges: list[tuple[bytes, bytes, bytes, int]] = []
+        self.derived: list[tuple[bytes, Mutation]] = []  # (intent key, what the rows imply)
+
+    def appended(self, intent_key: bytes, first: bytes, last: bytes, rows: int) -> None:
+        """Rows ``first`` .. ``last`` (``rows`` of them, all new keys) are in ``mutations``."""
+        if self.track:
+            self.ranges.append((intent_key, first, last, rows))
+
+    def derive(self, intent_key: bytes, mutations: list[Mutation]) -> None:
+        """Mutations that follow from rows appended under ``intent_key`` (written after
+        them, and again after a crash if those rows all landed)."""
+        if self.track:
+            self.derived += [(intent_key, m) for m in mutations]
+        else:
+            self.then += mutations
+
+    def mark(self) -> tuple[int, ...]:
+        return tuple(
+            len(x)
+            for x in (self.first, self.mutations, self.then, self.after, self.ranges, self.derived)
+        )
+
+    def reset(self, mark: tuple[int, ...]) -> None:
+        """Drop what one operation added since ``mark`` (it raised)."""
+        for part, n in zip(
+            (self.first, self.mutations, self.then, self.after, self.ranges, self.derived),
+            mark,
+            strict=True,
+        ):
+            del part[n:]
+
+    def phases(self) -> list[list[Mutation]]:
+        if not self.track:
+            return [self.first + self.mutations + self.then]
+        intents = encode_intents(self.ranges, self.derived)
+        derived = [m for _, m in self.derived]
+        return [
+            self.first + list(intents.items()),
+            self.mutations,
+            self.then + derived,
+            [(key, None) for key in intents],
+        ]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.first or self.mutations or self.then or self.derived)
 
 
 Operation = Callable[[Batch], Any]
@@ -50,6 +110,8 @@ class Writer:
         name: str = "tmsgate-writer",
     ) -> None:
         self._backend = backend
+        # LevelDB writes a batch atomically: it needs no intents (see Batch).
+        self._track_intents = not getattr(backend, "atomic_batches", False)
         self._on_failure = on_failure
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
@@ -69,11 +131,14 @@ class Writer:
         self._queue.put((op, fut))
         return fut
 
-    def mutate(self, mutations: list[Mutation]) -> Future[Any]:
-        """Queue plain mutations (metadata, transaction state) for the next durable batch."""
+    def mutate(self, mutations: list[Mutation], then: list[Mutation] | None = None) -> Future[Any]:
+        """Queue plain mutations (metadata, transaction state) for the next durable batch;
+        ``then``: mutations that may land only once ``mutations`` all have."""
 
         def op(batch: Batch) -> None:
             batch.mutations.extend(mutations)
+            if then:
+                batch.then.extend(then)
 
         return self.submit(op)
 
@@ -105,32 +170,40 @@ class Writer:
                 self._commit(pending)
 
     def _commit(self, pending: list[tuple[Operation, Future[Any]]]) -> None:
-        batch = Batch()
+        batch = Batch(self._track_intents)
         done: list[tuple[Future[Any], Any]] = []
         for op, fut in pending:
             if not fut.set_running_or_notify_cancel():
                 continue
-            mark, after_mark = len(batch.mutations), len(batch.after)
+            mark = batch.mark()
             try:
                 result = op(batch)
             except Exception as exc:  # the operation's own error goes back to its caller only
-                del batch.mutations[mark:]
-                del batch.after[after_mark:]
+                batch.reset(mark)
                 if not isinstance(exc, StorageError):
                     log.exception("store operation failed unexpectedly")
                 fut.set_exception(exc)
                 continue
             done.append((fut, result))
         try:
-            if batch.mutations:
-                self._backend.write(batch.mutations, sync=True)
+            if not batch.empty:
+                phases = batch.phases()
+                if len(phases) == 1:
+                    self._backend.write(phases[0], sync=True)
+                else:
+                    self._backend.write_phases(phases, sync=True)
         except Exception as exc:
             self._log_failure(len(batch.mutations), exc)
+            # Operations already moved in-memory state (offsets, timestamps) forward;
+            # the store re-reads it from the backend so nothing unwritten is believed,
+            # and settles any rows the failed write left in part: before the callers
+            # hear of the failure, so that what they read next is settled.
+            try:
+                self._on_failure()
+            except Exception:
+                log.exception("re-reading the store after a failed write failed")
             for fut, _ in done:
                 fut.set_exception(exc)
-            # Operations already moved in-memory state (offsets, timestamps) forward;
-            # the store re-reads it from the backend so nothing unwritten is believed.
-            self._on_failure()
             return
         self.batches += 1
         self.operations += len(done)

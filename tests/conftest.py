@@ -1,8 +1,10 @@
 """Shared fixtures for the storage tests (tests/test_storage_*.py): a controllable clock and
-stores on a real LevelDB directory under tmp_path."""
+stores on a real LevelDB directory under tmp_path (and, for the engine-independent
+modules, on the memory:// engine too)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -33,6 +35,24 @@ def clock() -> FakeClock:
 @pytest.fixture
 def store_url(tmp_path) -> str:
     return f"leveldb://{tmp_path / 'store'}"
+
+
+# Storage engines the engine-independent store tests run on (their modules say
+# ``store_url = any_engine_url``). memory:// keeps only the backend contract (atomic per
+# row), so those tests also cover the store without multi-row atomicity.
+ENGINES = ["leveldb", "memory"]
+
+
+@pytest.fixture(params=ENGINES)
+def any_engine_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    if request.param == "leveldb":
+        yield f"leveldb://{tmp_path / 'store'}"
+        return
+    from tmsgate.storage import memory
+
+    name = f"test-{uuid.uuid4().hex}"
+    yield f"memory://{name}"
+    memory.drop(name)
 
 
 @pytest.fixture

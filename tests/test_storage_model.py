@@ -101,7 +101,7 @@ class StoreModel(RuleBasedStateMachine):
         self.dir = tempfile.mkdtemp(prefix="tms-model-", dir=SCRATCH)
         self.url = f"leveldb://{self.dir}"
         self.clock = Clock()
-        self.store: Store = open_store(self.url, clock=self.clock)
+        self.store: Store = self.open()
         self.topic = TopicId("model", "t")
         self.store.create_topic(self.topic)
         self.rows: list[Row] = []
@@ -112,6 +112,9 @@ class StoreModel(RuleBasedStateMachine):
         self.ref_prefixes: dict[int, bytes] = {}  # base offset of a reference row -> id[:10]
         self.counter = 0
         self.continue_at: int | None = None  # where the last read by offset ended
+
+    def open(self) -> Store:
+        return open_store(self.url, clock=self.clock)
 
     def teardown(self) -> None:
         try:
@@ -427,7 +430,7 @@ class StoreModel(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.store.close()
-        self.store = open_store(self.url, clock=self.clock)
+        self.store = self.open()
         assert set(self.store.transactions.in_progress()) == set(self.open_wps())
         assert self.store.transactions.invalid() == self.wps("invalid")
 

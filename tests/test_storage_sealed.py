@@ -13,6 +13,12 @@ from tmsgate.storage import (
 )
 
 
+@pytest.fixture
+def store_url(any_engine_url: str) -> str:
+    """Every test here runs on LevelDB and on memory:// (atomic per row only)."""
+    return any_engine_url
+
+
 def sealed(store: Store, topic: TopicId, tx: object) -> int:
     return store.publish_sealed_async(topic, tx).result(10)
 

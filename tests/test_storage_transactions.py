@@ -20,6 +20,12 @@ from tmsgate.storage import (
 )
 
 
+@pytest.fixture
+def store_url(any_engine_url: str) -> str:
+    """Every test here runs on LevelDB and on memory:// (atomic per row only)."""
+    return any_engine_url
+
+
 def test_states_through_a_transaction_life(store: Store, clock) -> None:
     txm = store.transactions
     committed, aborted, invalidated, timed_out = (txm.start(10) for _ in range(4))

@@ -1,0 +1,706 @@
+"""``hbase://``: the store on HBase, through HBase's Thrift 1 server (happybase).
+
+URL: ``hbase://host[:port][/prefix][?salt_buckets=N&pool_size=N&timeout_ms=N]``; port 9090
+and prefix ``tmsgate`` by default. The prefix names the store's HBase tables, so several
+stores can share one cluster. docs/hbase.md is the operator's side of this module.
+
+Tables (created on first use, with one column family ``d``, VERSIONS 1, ROW bloom filter):
+
+- ``<prefix>_messages``: the MessageTable (keys under ``M``), salted;
+- ``<prefix>_payloads``: the PayloadTable (keys under ``P``), salted;
+- ``<prefix>_metadata``: *every other* key (``T``, ``C``, ``X``, ``S``, ``R``, ``W``,
+  ``I``, and any table byte added later), row key = the whole key, value in ``d:v``. One
+  table for all the small tables: they are small, and a new table byte needs no new
+  HBase table. It also holds this engine's own row, ``\\x00tmsgate:hbase`` (columns
+  ``d:salt_buckets``, ``d:layout``, ``d:clock``), which has no ``d:v`` and so is never
+  seen as a store key.
+
+MessageTable and PayloadTable rows use the seed's column layout: ``keys.row_columns``
+splits a row value into ``d:o`` (flags, base offset, count), ``d:t`` (write pointer),
+``d:l`` (ttl), ``d:m`` (Kafka metadata) and ``d:p`` (payload), each present only when the
+row has it; ``keys.row_from_columns`` rebuilds the value. A value under ``M``/``P`` that
+is not such a row (a caller using the backend as plain key-value) is kept whole in
+``d:v``.
+
+Salting (the transactional-queues article): the row key of an ``M``/``P`` key is one
+salt byte, ``crc32(whole key) % salt_buckets``, then the key without its table byte, so
+that the consecutive keys of a hot topic land on ``salt_buckets`` different regions. A
+scan opens one scanner per bucket over ``[salt + start, salt + stop)`` and merges them
+(heapq.merge) back into key order, ascending or descending; ``get`` computes the salt.
+The bucket count is part of every row key, so it is recorded when the store is created
+and a URL asking for another count is refused.
+
+What HBase promises, and what this engine adds:
+
+- a row is written atomically (one ``Put``), and nothing more: rows of one phase go in
+  one ``mutateRowsTs`` per table (chunked when large), and ``write_phases`` starts a
+  phase only once every call of the previous one returned. That is the Backend contract.
+- Cell timestamps are the engine's, not the region server's: every phase gets a
+  strictly increasing timestamp. HBase's delete markers mask every put at or below
+  their timestamp, *including puts made later* ("deletes mask puts"); with server
+  timestamps, a key deleted and written again in the same millisecond (the writer's
+  intent row, every batch) would stay deleted. To keep that true across restarts,
+  the engine reserves timestamps ahead (``d:clock`` in its own row holds a bound no
+  timestamp used so far reaches; a new process starts above it).
+- A put replaces the row's columns: the put writes the new value's columns and deletes
+  the ones it lacks, in the same ``mutateRowsTs`` (HBase's Thrift handler applies a
+  call's puts before its deletes). A reader rebuilds a row only from the cells of its
+  newest put (those carrying the ``o`` column's timestamp), so a reader between the two
+  never sees a mixture.
+- Thrift and socket errors become ``BackendError`` naming ``host:port`` and the
+  operation. A call that fails because the pooled connection was dropped (the Thrift
+  server closes idle connections) is made once more on a new connection: every call
+  the engine makes is idempotent (writes carry their timestamp).
+
+Scans read in chunks: each chunk opens a scanner, takes up to N rows and closes it
+(``scannerOpenWithScan``, ``scannerGetList``, ``scannerClose``), so no connection or
+server-side scanner is held while the caller holds the iterator. Chunks start small
+(a probe for one row costs little) and grow. The first chunk of every bucket is fetched
+in parallel.
+
+Thrift calls used: getTableNames, createTable, getColumnDescriptors, checkAndPut,
+getRowWithColumns, mutateRowTs, mutateRowsTs, scannerOpenWithScan, scannerGetList,
+scannerClose. HBase >= 0.98 (reversed scans); HBase 1.x and 2.x Thrift 1 servers
+(``hbase thrift start``, default threadpool server: buffered transport, binary
+protocol).
+
+``snapshot`` and ``disk_reserve_bytes`` are ignored (no lock on HBase, no local disk);
+``collect_garbage`` returns {} (HBase compacts by itself). Not built yet: several
+gateways on one prefix (nothing fences a second writer), leases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import heapq
+import logging
+import queue
+import re
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlsplit
+
+import happybase
+import Hbase_thrift  # the module happybase loads from the Hbase.thrift it ships
+from thriftpy2.thrift import TApplicationException, TException
+from thriftpy2.transport import TTransportException
+
+from . import keys
+from .backend import Mutation
+from .errors import BackendError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_PORT = 9090
+DEFAULT_PREFIX = "tmsgate"
+DEFAULT_SALT_BUCKETS = 8
+MAX_SALT_BUCKETS = 256  # one salt byte
+DEFAULT_POOL_SIZE = 16
+DEFAULT_TIMEOUT_MS = 30_000
+
+FAMILY = b"d"
+_FAMILY_COL = FAMILY + b":"
+RAW = b"v"  # the whole value (metadata rows, and M/P values that are not rows)
+ROW_COLUMNS = (keys.COL_HEAD, keys.COL_TX, keys.COL_TTL, keys.COL_META, keys.COL_PAYLOAD)
+_HEAD = _FAMILY_COL + keys.COL_HEAD
+_RAW = _FAMILY_COL + RAW
+_ROW_COLUMN_NAMES = {_FAMILY_COL + c: c for c in ROW_COLUMNS}
+_ALL_COLUMN_NAMES = (*_ROW_COLUMN_NAMES, _RAW)
+
+# Which key prefix goes to which salted table; everything else goes to <prefix>_metadata.
+SALTED_TABLES = {keys.MESSAGE: "messages", keys.PAYLOAD: "payloads"}
+METADATA_TABLE = "metadata"
+# The key space cut into pieces that each live in one table, in key order:
+# (table byte of a salted table, or None for metadata; low; high or None for unbounded).
+_PIECES: tuple[tuple[bytes | None, bytes, bytes | None], ...] = (
+    (None, b"", keys.MESSAGE),
+    (keys.MESSAGE, keys.MESSAGE, keys.prefix_end(keys.MESSAGE)),
+    (None, keys.prefix_end(keys.MESSAGE), keys.PAYLOAD),
+    (keys.PAYLOAD, keys.PAYLOAD, keys.prefix_end(keys.PAYLOAD)),
+    (None, keys.prefix_end(keys.PAYLOAD), None),
+)
+
+ENGINE_ROW = b"\x00tmsgate:hbase"
+_SALT_COL = _FAMILY_COL + b"salt_buckets"
+_LAYOUT_COL = _FAMILY_COL + b"layout"
+_CLOCK_COL = _FAMILY_COL + b"clock"
+LAYOUT = b"1"
+# Timestamps are reserved this far ahead (one small write per reservation); a restarted
+# engine starts at most this far ahead of the wall clock.
+CLOCK_RESERVE_MS = 10_000
+
+SCAN_FIRST_ROWS = 4  # a probe for the first row of a range fetches little
+SCAN_GROWTH = 8
+SCAN_MAX_ROWS = 256  # rows per scanner (a Thrift 1 scan cannot bound bytes)
+WRITE_MAX_ROWS = 1000  # rows per mutateRowsTs call
+WRITE_MAX_BYTES = 8 << 20
+
+_PREFIX_RE = re.compile(r"^(?:[A-Za-z0-9_]+:)?[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_OPTIONS = ("salt_buckets", "pool_size", "timeout_ms")
+
+# Errors of a call: the Thrift layer's (HBase's IOError, IllegalArgument, AlreadyExists and
+# TApplicationException are TExceptions too), the socket's, and an exhausted pool.
+_CALL_ERRORS = (TException, OSError, happybase.NoConnectionsAvailable)
+
+
+def presplit_command(table: str, salt_buckets: int) -> str:
+    """The HBase shell command that creates a salted table pre-split at every bucket."""
+    splits = ", ".join(f'"\\x{b:02x}"' for b in range(1, salt_buckets))
+    spec = "{NAME => 'd', VERSIONS => 1, BLOOMFILTER => 'ROW'}"
+    if not splits:
+        return f"create '{table}', {spec}"
+    return f"create '{table}', {spec}, {{SPLITS => [{splits}]}}"
+
+
+class HBaseBackend:
+    """The Backend (backend.py) on one HBase cluster, under one table-name prefix."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int = DEFAULT_PORT,
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        salt_buckets: int | None = None,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> None:
+        self.host, self.port, self.prefix = host, port, prefix
+        self.url = f"hbase://{host}:{port}/{prefix}"
+        self._pool_size = pool_size
+        self._timeout_s = timeout_ms / 1000
+        self._closed = False
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+        self.tables = {t: f"{prefix}_{name}".encode() for t, name in SALTED_TABLES.items()}
+        self.metadata_table = f"{prefix}_{METADATA_TABLE}".encode()
+        try:
+            # Connects one connection at once, so a wrong address fails here.
+            self._pool = happybase.ConnectionPool(
+                size=pool_size,
+                host=host,
+                port=port,
+                timeout=timeout_ms,
+                table_prefix=None,
+                autoconnect=True,
+            )
+        except _CALL_ERRORS as exc:
+            raise self._error("connect", exc) from exc
+        try:
+            self.salt_buckets = self._open_tables(salt_buckets)
+            clock = self._engine_row().get(_CLOCK_COL)
+        except BaseException:
+            self._close_pool()
+            raise
+        reserved = int(clock) if clock else 0
+        self._clock_lock = threading.Lock()
+        self._last_ts = reserved - 1  # the first timestamp is at least the reserved bound
+        self._reserved = reserved
+
+    # --- opening -------------------------------------------------------------------------
+    def _open_tables(self, asked_buckets: int | None) -> int:
+        existing = set(self._call("list tables", lambda conn: conn.client.getTableNames()))
+        meta = self.metadata_table
+        if meta not in existing:
+            self._create_table(meta)
+        row = self._engine_row()
+        if _LAYOUT_COL not in row:
+            self._put_if_absent(_LAYOUT_COL, LAYOUT)
+        if _SALT_COL not in row:
+            self._put_if_absent(_SALT_COL, str(asked_buckets or DEFAULT_SALT_BUCKETS).encode())
+        row = self._engine_row()  # what was recorded (by this process or by a racing one)
+        if row.get(_LAYOUT_COL) != LAYOUT:
+            raise BackendError(
+                f"the store at {self.url} has HBase layout {row.get(_LAYOUT_COL)!r}; "
+                f"this tmsgate reads layout {LAYOUT.decode()}"
+            )
+        buckets = int(row[_SALT_COL])
+        if asked_buckets is not None and asked_buckets != buckets:
+            raise BackendError(
+                f"the store at {self.url} was created with salt_buckets={buckets}; it "
+                f"cannot be opened with salt_buckets={asked_buckets} (the bucket count is "
+                "part of every row key): leave salt_buckets out of the URL to use the "
+                "recorded count"
+            )
+        for name in self.tables.values():
+            if name not in existing:
+                self._create_table(name)
+                log.warning(
+                    "created HBase table %s with one region: on a real cluster, create it "
+                    "pre-split instead (docs/hbase.md): %s",
+                    name.decode(),
+                    presplit_command(name.decode(), buckets),
+                )
+        for name in (meta, *self.tables.values()):
+            families = self._call(
+                f"describe table {name.decode()}",
+                lambda conn, name=name: conn.client.getColumnDescriptors(name),
+            )
+            if _FAMILY_COL not in families:
+                raise BackendError(
+                    f"HBase table {name.decode()} (store {self.url}) has no column family "
+                    f"'{FAMILY.decode()}'; it was not created by tmsgate"
+                )
+        return buckets
+
+    def _create_table(self, name: bytes) -> None:
+        families = {
+            FAMILY.decode(): {
+                "max_versions": 1,
+                "bloom_filter_type": "ROW",
+                "block_cache_enabled": True,
+            }
+        }
+
+        def create(conn: Any) -> None:
+            with contextlib.suppress(Hbase_thrift.AlreadyExists):  # another process was first
+                conn.create_table(name, families)
+
+        self._call(f"create table {name.decode()}", create)
+
+    def _engine_row(self) -> dict[bytes, bytes]:
+        rows = self._call(
+            "read the engine row",
+            lambda conn: conn.client.getRowWithColumns(self.metadata_table, ENGINE_ROW, None, {}),
+        )
+        if not rows:
+            return {}
+        return {name: cell.value for name, cell in rows[0].columns.items()}
+
+    def _put_if_absent(self, column: bytes, value: bytes) -> None:
+        mutation = Hbase_thrift.Mutation(column=column, value=value)
+        self._call(
+            f"record {column.decode()}",
+            lambda conn: conn.client.checkAndPut(
+                self.metadata_table, ENGINE_ROW, column, None, mutation, {}
+            ),
+        )
+
+    # --- calls ---------------------------------------------------------------------------
+    def _call(self, op: str, fn: Callable[[Any], T]) -> T:
+        """``fn(connection)`` on a pooled connection, errors made BackendError. A dropped
+        connection is replaced (by the pool) and the call made once more."""
+        retried = False
+        while True:
+            if self._closed:
+                raise BackendError(f"{self.url}: {op} refused: the backend is closed")
+            try:
+                with self._pool.connection(timeout=self._timeout_s) as conn:
+                    return fn(conn)
+            except _CALL_ERRORS as exc:
+                if retried or not _dropped_connection(exc):
+                    raise self._error(op, exc) from exc
+                retried = True
+                log.info(
+                    "HBase connection to %s:%s dropped (%s); retrying",
+                    self.host,
+                    self.port,
+                    _detail(exc),
+                )
+
+    def _error(self, op: str, exc: BaseException) -> BackendError:
+        if isinstance(exc, happybase.NoConnectionsAvailable):
+            detail = (
+                f"all {self._pool_size} pooled connections stayed busy for "
+                f"{self._timeout_s:g} s (pool_size in the URL)"
+            )
+        else:
+            detail = _detail(exc)
+        return BackendError(
+            f"HBase Thrift server {self.host}:{self.port} (store {self.url}): {op} failed: {detail}"
+        )
+
+    # --- keys and values -----------------------------------------------------------------
+    def _locate(self, key: bytes) -> tuple[bytes, bytes]:
+        """(HBase table, row key) of a store key."""
+        table = self.tables.get(key[:1])
+        if table is None:
+            if not key:
+                raise BackendError("an empty key has no table")
+            return self.metadata_table, key
+        return table, self._salt(key) + key[1:]
+
+    def _salt(self, key: bytes) -> bytes:
+        return bytes((zlib.crc32(key) % self.salt_buckets,))
+
+    def _put(self, key: bytes, value: bytes) -> list[Any]:
+        """The Thrift mutations that make ``value`` the row's whole content."""
+        Mut = Hbase_thrift.Mutation
+        if key[:1] not in self.tables:
+            return [Mut(column=_RAW, value=value)]
+        cols = _split_row(value)
+        names = {_RAW: value} if cols is None else {_FAMILY_COL + c: v for c, v in cols.items()}
+        out = [Mut(column=name, value=v) for name, v in names.items()]
+        out += [Mut(isDelete=True, column=name) for name in _ALL_COLUMN_NAMES if name not in names]
+        return out
+
+    # --- writing -------------------------------------------------------------------------
+    def write(self, mutations: Sequence[Mutation], sync: bool = True) -> None:
+        self._write_phase(mutations)
+
+    def write_phases(self, phases: Sequence[Sequence[Mutation]], sync: bool = True) -> None:
+        for phase in phases:
+            if phase:
+                self._write_phase(phase)
+
+    def _write_phase(self, mutations: Sequence[Mutation]) -> None:
+        """One phase: every row in HBase's WAL when this returns. ``sync`` has no other
+        meaning on HBase: a mutation is acknowledged once its WAL edit is synced."""
+        latest: dict[bytes, bytes | None] = {}
+        for key, value in mutations:  # a key's last mutation wins, as in a LevelDB batch
+            latest[key] = value
+        if not latest:
+            return
+        delete_row = [Hbase_thrift.Mutation(isDelete=True, column=FAMILY)]
+        by_table: dict[bytes, list[tuple[Any, int]]] = {}
+        for key, value in latest.items():
+            table, row = self._locate(key)
+            muts = delete_row if value is None else self._put(key, value)
+            size = len(row) + (0 if value is None else len(value))
+            batch = Hbase_thrift.BatchMutation(row=row, mutations=muts)
+            by_table.setdefault(table, []).append((batch, size))
+        ts = self._next_timestamp()
+        for table, batches in by_table.items():
+            for chunk in _chunks(batches):
+                self._call(
+                    f"write {len(chunk)} rows to {table.decode()}",
+                    functools.partial(_mutate_rows, table, chunk, ts),
+                )
+
+    def _next_timestamp(self) -> int:
+        """A cell timestamp above every one this store used before (in any process)."""
+        with self._clock_lock:
+            ts = max(self._last_ts + 1, time.time_ns() // 1_000_000)
+            if ts >= self._reserved:
+                bound = ts + CLOCK_RESERVE_MS
+                mutation = Hbase_thrift.Mutation(column=_CLOCK_COL, value=str(bound).encode())
+                # The bound's own timestamp is the bound, so the newest cell is the highest.
+                self._call(
+                    "reserve cell timestamps",
+                    lambda conn: conn.client.mutateRowTs(
+                        self.metadata_table, ENGINE_ROW, [mutation], bound, {}
+                    ),
+                )
+                self._reserved = bound
+            self._last_ts = ts
+            return ts
+
+    # --- reading -------------------------------------------------------------------------
+    def get(self, key: bytes) -> bytes | None:
+        table, row = self._locate(key)
+        rows = self._call("get", lambda conn: conn.client.getRowWithColumns(table, row, None, {}))
+        return _value(rows[0].columns) if rows else None
+
+    def scan(
+        self,
+        start: bytes,
+        stop: bytes,
+        *,
+        reverse: bool = False,
+        include_start: bool = True,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Keys in [start, stop), ascending (or descending), fetched lazily in chunks."""
+        if self._closed:
+            raise BackendError(f"{self.url}: scan refused: the backend is closed")
+        pieces = []
+        for table_byte, low, high in _PIECES:
+            lo = max(start, low)
+            hi = stop if high is None else min(stop, high)
+            if lo < hi:
+                pieces.append((table_byte, lo, hi))
+        if reverse:
+            pieces.reverse()
+        for table_byte, lo, hi in pieces:
+            if table_byte is None:
+                rows = self._metadata_rows(lo, hi, reverse)
+            else:
+                rows = self._salted_rows(table_byte, lo, hi, reverse)
+            for key, value in rows:
+                if include_start or key != start:
+                    yield key, value
+
+    def _metadata_rows(self, lo: bytes, hi: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        table = self.metadata_table
+        first = self._fetch(table, lo, hi, reverse, SCAN_FIRST_ROWS)
+        for result in self._stream(table, lo, hi, reverse, first):
+            value = _value(result.columns)
+            if value is not None:
+                yield result.row, value
+
+    def _salted_rows(
+        self, table_byte: bytes, lo: bytes, hi: bytes, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Keys [lo, hi) of one salted table: a scanner range per bucket, merged."""
+        table = self.tables[table_byte]
+        ranges = []
+        for bucket in range(self.salt_buckets):
+            salt = bytes((bucket,))
+            row_lo = salt + lo[1:]
+            if hi[:1] == table_byte:
+                row_hi: bytes | None = salt + hi[1:]
+            else:  # the table's end: the bucket's end
+                row_hi = bytes((bucket + 1,)) if bucket < 255 else None
+            ranges.append((row_lo, row_hi))
+        fetch = functools.partial(self._fetch, table, reverse=reverse, n=SCAN_FIRST_ROWS)
+        if len(ranges) == 1:
+            firsts = [fetch(*ranges[0])]
+        else:
+            futures = [self._pool_executor().submit(fetch, *r) for r in ranges]
+            firsts = [f.result() for f in futures]
+        streams = [
+            self._stream(table, row_lo, row_hi, reverse, first)
+            for (row_lo, row_hi), first in zip(ranges, firsts, strict=True)
+        ]
+        merged = heapq.merge(*streams, key=_unsalted, reverse=reverse)
+        for result in merged:
+            value = _value(result.columns)
+            if value is not None:
+                yield table_byte + result.row[1:], value
+
+    def _stream(
+        self,
+        table: bytes,
+        lo: bytes,
+        hi: bytes | None,
+        reverse: bool,
+        first: tuple[list[Any], bool],
+    ) -> Iterator[Any]:
+        """The rows of [lo, hi) (hi None: to the table's end) in order, chunk by chunk,
+        starting with an already fetched chunk."""
+        rows, done = first
+        n = SCAN_FIRST_ROWS
+        while True:
+            yield from rows
+            if done or not rows:
+                return
+            n = min(n * SCAN_GROWTH, SCAN_MAX_ROWS)
+            if reverse:
+                hi = rows[-1].row
+            else:
+                lo = rows[-1].row + b"\x00"  # the next possible row key
+            rows, done = self._fetch(table, lo, hi, reverse, n)
+
+    def _fetch(
+        self, table: bytes, lo: bytes, hi: bytes | None, reverse: bool, n: int
+    ) -> tuple[list[Any], bool]:
+        """Up to ``n`` rows of [lo, hi) nearest the scan's start, and whether the range
+        holds no more. A reversed HBase scan includes its start row and excludes its stop
+        row, the opposite of [lo, hi): it starts at ``hi`` (dropped if there), and stops
+        just below ``lo`` (rows below ``lo`` dropped)."""
+        if reverse:
+            want = n + 1  # the row at ``hi`` may come first, and is not ours
+            scan = Hbase_thrift.TScan(
+                startRow=hi or b"", stopRow=_below(lo), caching=want, reversed=True
+            )
+        else:
+            want = n
+            scan = Hbase_thrift.TScan(startRow=lo, stopRow=hi, caching=want)
+
+        def run(conn: Any) -> list[Any]:
+            client = conn.client
+            scanner = client.scannerOpenWithScan(table, scan, {})
+            try:
+                return client.scannerGetList(scanner, want)
+            finally:
+                client.scannerClose(scanner)
+
+        raw = self._call(f"scan {table.decode()}", run)
+        done = len(raw) < want
+        rows = []
+        for result in raw:
+            row = result.row
+            if hi is not None and row >= hi:
+                continue
+            if row < lo:
+                done = True  # a reversed scan went below the range
+                break
+            rows.append(result)
+        if len(rows) > n:
+            del rows[n:]
+            done = False
+        return rows, done
+
+    def _pool_executor(self) -> ThreadPoolExecutor:
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=max(1, min(self.salt_buckets, self._pool_size)),
+                    thread_name_prefix="tmsgate-hbase-scan",
+                )
+            return self._executor
+
+    # --- the rest ------------------------------------------------------------------------
+    def collect_garbage(self) -> dict[str, int]:
+        return {}  # HBase drops deleted cells at major compaction by itself
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        self._close_pool()
+
+    def _close_pool(self) -> None:
+        # happybase's pool has no close: close the connections it holds now (one that a
+        # thread still uses is closed when it is collected).
+        while True:
+            try:
+                conn = self._pool._queue.get_nowait()
+            except queue.Empty:
+                return
+            conn.close()
+
+    def __repr__(self) -> str:
+        return f"HBaseBackend({self.url}, salt_buckets={self.salt_buckets})"
+
+
+def _mutate_rows(table: bytes, chunk: list[Any], ts: int, conn: Any) -> None:
+    conn.client.mutateRowsTs(table, chunk, ts, {})
+
+
+def _chunks(batches: list[tuple[Any, int]]) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    size = 0
+    for batch, n in batches:
+        if chunk and (len(chunk) >= WRITE_MAX_ROWS or size + n > WRITE_MAX_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(batch)
+        size += n
+    if chunk:
+        yield chunk
+
+
+def _split_row(value: bytes) -> dict[bytes, bytes] | None:
+    """A MessageTable/PayloadTable row's columns, or None if the value is not such a row
+    (the columns would not rebuild it exactly)."""
+    try:
+        cols = keys.row_columns(value)
+    except (IndexError, struct.error):
+        return None
+    if len(cols[keys.COL_HEAD]) != keys.ROW_HEAD.size or any(
+        len(cols.get(c, b"12345678")) != 8 for c in (keys.COL_TX, keys.COL_TTL)
+    ):
+        return None  # too short for the columns its flags name
+    return cols if keys.row_from_columns(cols) == value else None
+
+
+def _value(columns: dict[bytes, Any]) -> bytes | None:
+    """A row's value from its cells: the seed's columns written by its newest put (the
+    cells sharing the ``o`` column's timestamp), or ``d:v``, whichever is newer."""
+    raw = columns.get(_RAW)
+    head = columns.get(_HEAD)
+    if head is None or (raw is not None and raw.timestamp > head.timestamp):
+        return None if raw is None else raw.value
+    ts = head.timestamp
+    cols = {}
+    for name, cell in columns.items():
+        col = _ROW_COLUMN_NAMES.get(name)
+        if col is not None and cell.timestamp == ts:
+            cols[col] = cell.value
+    return keys.row_from_columns(cols)
+
+
+def _unsalted(result: Any) -> bytes:
+    return result.row[1:]
+
+
+def _below(lo: bytes) -> bytes | None:
+    """An exclusive stop row for a reversed scan that still includes ``lo``: exactly the
+    row below when ``lo`` ends in a zero byte, else a lower one (the rows between are
+    dropped by _fetch). None: no bound."""
+    if not lo:
+        return None
+    if lo[-1] == 0:
+        return lo[:-1] or None
+    return lo[:-1] + bytes((lo[-1] - 1,))
+
+
+def _dropped_connection(exc: BaseException) -> bool:
+    """The connection broke (closed by the server, reset, refused), as opposed to HBase
+    answering with an error or the call timing out."""
+    if isinstance(exc, TTransportException):
+        return exc.type != TTransportException.TIMED_OUT
+    return isinstance(exc, OSError) and not isinstance(exc, TimeoutError)
+
+
+def _detail(exc: BaseException) -> str:
+    if isinstance(
+        exc, (Hbase_thrift.IOError, Hbase_thrift.IllegalArgument, Hbase_thrift.AlreadyExists)
+    ):
+        message = exc.message
+        if isinstance(message, bytes):
+            message = message.decode("utf-8", "replace")
+        # HBase sends a Java stack trace: its first line says what happened.
+        first = (message or "").strip().splitlines()
+        return f"{type(exc).__name__}: {first[0] if first else '(no message)'}"
+    if isinstance(exc, TTransportException):
+        return f"connection: {exc.message or exc}"
+    if isinstance(exc, TApplicationException):
+        message = exc.message
+        if isinstance(message, bytes):  # happybase's protocol leaves strings undecoded
+            message = message.decode("utf-8", "replace")
+        return f"Thrift: {message or 'application error'}"
+    if isinstance(exc, TimeoutError):
+        return "no answer within the timeout (timeout_ms in the URL)"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _int_option(params: dict[str, str], name: str, low: int, high: int | None) -> int | None:
+    raw = params.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        bounds = f"{low}..{high}" if high is not None else f">= {low}"
+        raise BackendError(f"hbase:// option {name}={raw!r}: need an integer {bounds}")
+    return value
+
+
+def open_url(
+    rest: str, snapshot: bool = False, disk_reserve_bytes: int | None = None
+) -> HBaseBackend:
+    """``hbase://`` + ``host[:port][/prefix][?salt_buckets=N&pool_size=N&timeout_ms=N]``.
+    ``snapshot`` and ``disk_reserve_bytes`` do not apply to HBase and are ignored."""
+    parts = urlsplit("//" + rest)
+    try:
+        port = parts.port or DEFAULT_PORT
+    except ValueError as exc:
+        raise BackendError(f"hbase://{rest}: bad port ({exc})") from exc
+    host = parts.hostname
+    if not host:
+        raise BackendError(f"hbase://{rest}: no host; try hbase://localhost:9090/tmsgate")
+    prefix = parts.path.strip("/") or DEFAULT_PREFIX
+    if not _PREFIX_RE.match(prefix):
+        raise BackendError(
+            f"hbase://{rest}: table prefix {prefix!r} is not a valid HBase table name "
+            "(letters, digits, '_', '-', '.'; optionally 'namespace:' first)"
+        )
+    params = dict(parse_qsl(parts.query, keep_blank_values=True))
+    unknown = sorted(set(params) - set(_OPTIONS))
+    if unknown:
+        raise BackendError(
+            f"unknown hbase:// option(s) {', '.join(unknown)}; known: {', '.join(_OPTIONS)}"
+        )
+    return HBaseBackend(
+        host,
+        port,
+        prefix,
+        salt_buckets=_int_option(params, "salt_buckets", 1, MAX_SALT_BUCKETS),
+        pool_size=_int_option(params, "pool_size", 1, None) or DEFAULT_POOL_SIZE,
+        timeout_ms=_int_option(params, "timeout_ms", 1, None) or DEFAULT_TIMEOUT_MS,
+    )
