@@ -40,13 +40,28 @@ def store_url(tmp_path) -> str:
 # Storage engines the engine-independent store tests run on (their modules say
 # ``store_url = any_engine_url``). memory:// keeps only the backend contract (atomic per
 # row), so those tests also cover the store without multi-row atomicity.
-ENGINES = ["leveldb", "memory"]
+# hbase:// runs against tests/hbase_standin.py, a Thrift 1 stand-in (not HBase), one
+# server for the session and a table prefix per test.
+ENGINES = ["leveldb", "memory", "hbase"]
+
+
+@pytest.fixture(scope="session")
+def hbase_standin() -> Iterator[str]:
+    pytest.importorskip("happybase", reason="the hbase engine needs tmsgate[hbase]")
+    from hbase_standin import running_standin
+
+    with running_standin() as address:
+        yield address
 
 
 @pytest.fixture(params=ENGINES)
 def any_engine_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     if request.param == "leveldb":
         yield f"leveldb://{tmp_path / 'store'}"
+        return
+    if request.param == "hbase":
+        address = request.getfixturevalue("hbase_standin")
+        yield f"hbase://{address}/t{uuid.uuid4().hex[:12]}"
         return
     from tmsgate.storage import memory
 
