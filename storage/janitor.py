@@ -1,10 +1,15 @@
-"""Retention: the seed's cleanup thread for LevelDB.
+"""Retention: the seed's cleanup thread, for every engine.
 
 Each pass expires timed-out transactions, then per topic deletes MessageTable rows older
 than the topic's TTL (with their offset-index entries and the PayloadTable rows they
 referred to), PayloadTable rows of invalid transactions past the TTL, and every row of
 older (or deleted) generations. Before deleting a topic's newest rows it checkpoints the
 topic's next offset and last timestamp, so offsets never restart after a topic empties.
+
+The janitor is handed what it works with (``Housekeeping``, built by the Store), rather
+than reaching into the Store: the backend to scan, the store's writer to delete through
+(so deletes are ordered with every other write), the topics' writer state, the clock and
+the transaction manager.
 """
 
 from __future__ import annotations
@@ -13,16 +18,17 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
 
 from . import keys, reader
-from .backend import Mutation
+from .backend import Backend, Mutation
 from .errors import StorageError, TopicNotFound
-from .ids import TopicMetadata
-
-if TYPE_CHECKING:
-    from .store import Store
+from .ids import TopicId, TopicMetadata
+from .topics import TopicState
+from .transactions import TransactionManager
 
 log = logging.getLogger(__name__)
 CHUNK = 10_000
@@ -36,16 +42,29 @@ FULL_DISK_COLLECT_S = 1.0
 FULL_DISK_INTERVAL_S = 5.0
 
 
+@dataclass(frozen=True, slots=True)
+class Housekeeping:
+    """What cleanup works with, handed over by the Store."""
+
+    backend: Backend
+    write: Callable[[list[Mutation]], Future[Any]]  # the store's writer: durable, in order
+    topic_state: Callable[[TopicId], TopicState]  # TopicNotFound once deleted
+    all_topics: Callable[[], list[TopicMetadata]]  # every generation, deleted ones too
+    transactions: TransactionManager
+    clock: Callable[[], int]
+    writes_refused: Callable[[], bool]  # the disk is full (storage/space.py)
+
+
 class Janitor:
-    def __init__(self, store: Store, interval_s: float) -> None:
-        self._store = store
+    def __init__(self, house: Housekeeping, interval_s: float) -> None:
+        self._house = house
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tmsgate-janitor", daemon=True)
         self._thread.start()
 
     def _interval_s(self) -> float:
-        if self._store.writes_refused:
+        if self._house.writes_refused():
             return min(self._interval, FULL_DISK_INTERVAL_S)
         return self._interval
 
@@ -53,7 +72,7 @@ class Janitor:
         last_error, logged_at = "", 0.0
         while not self._stop.wait(self._interval_s()):
             try:
-                stats = run_cleanup(self._store)
+                stats = run_cleanup(self._house)
                 if any(stats.values()):
                     log.info("janitor: %s", stats)
                 last_error = ""
@@ -72,19 +91,19 @@ class Janitor:
         self._thread.join()
 
 
-def run_cleanup(store: Store) -> dict[str, int]:
-    stats = {"expired_transactions": len(store.transactions.expire()), "rows_deleted": 0}
-    for md in store.all_topic_metadata():
+def run_cleanup(house: Housekeeping) -> dict[str, int]:
+    stats = {"expired_transactions": len(house.transactions.expire()), "rows_deleted": 0}
+    for md in house.all_topics():
         try:
-            stats["rows_deleted"] += _clean_topic(store, md)
+            stats["rows_deleted"] += _clean_topic(house, md)
         except TopicNotFound:
             continue  # deleted during the pass; the next pass removes its rows
-    stats.update(store._backend.collect_garbage())
+    stats.update(house.backend.collect_garbage())
     return stats
 
 
-def _clean_topic(store: Store, md: TopicMetadata) -> int:
-    backend = store._backend
+def _clean_topic(house: Housekeeping, md: TopicMetadata) -> int:
+    backend = house.backend
     deleted = 0
     for table in (keys.MESSAGE, keys.PAYLOAD, keys.REFERENCED, keys.OPEN_TX):
         # Only generations at or below the one read here: the topic may have been deleted
@@ -94,31 +113,31 @@ def _clean_topic(store: Store, md: TopicMetadata) -> int:
             stop = keys.data_prefix(table, md.topic, md.generation)  # older ones only
         else:
             stop = keys.prefix_end(keys.data_prefix(table, md.topic, -md.generation))
-        deleted += _delete_keys(store, (k for k, _ in backend.scan(whole, stop)))
+        deleted += _delete_keys(house, (k for k, _ in backend.scan(whole, stop)))
     if md.generation > 0:
-        deleted += _forget_finished_tx_rows(store, md)
+        deleted += _forget_finished_tx_rows(house, md)
         if md.ttl_ms is not None:
-            deleted += _expire(store, md)
+            deleted += _expire(house, md)
     return deleted
 
 
-def _forget_finished_tx_rows(store: Store, md: TopicMetadata) -> int:
+def _forget_finished_tx_rows(house: Housekeeping, md: TopicMetadata) -> int:
     """Markers of transactional rows whose transaction has ended are no longer needed."""
-    st = store._state(md.topic)
+    st = house.topic_state(md.topic)
     n = len(st.open_tx_prefix)
     return _delete_keys(
-        store,
+        house,
         (
             k
-            for k, _ in store._backend.scan(st.open_tx_prefix, keys.prefix_end(st.open_tx_prefix))
-            if not store.transactions.is_in_progress(keys.OPEN_TX_SUFFIX.unpack_from(k, n)[0])
+            for k, _ in house.backend.scan(st.open_tx_prefix, keys.prefix_end(st.open_tx_prefix))
+            if not house.transactions.is_in_progress(keys.OPEN_TX_SUFFIX.unpack_from(k, n)[0])
         ),
     )
 
 
-def _expire(store: Store, md: TopicMetadata) -> int:
-    backend = store._backend
-    st = store._state(md.topic)
+def _expire(house: Housekeeping, md: TopicMetadata) -> int:
+    backend = house.backend
+    st = house.topic_state(md.topic)
     if st.metadata.generation != md.generation:
         return 0  # re-created meanwhile: the next pass sees the new generation
     md = st.metadata  # the latest properties (ttl)
@@ -127,7 +146,7 @@ def _expire(store: Store, md: TopicMetadata) -> int:
     # Not the TTL floor itself: the log start, which moves in steps (reader.log_start_ms).
     # Rows between the two are already unreadable, but the earliest offset still names
     # the first of them, and a fetch there must find its place.
-    cutoff = reader.log_start_ms(md.ttl_ms, store._clock())
+    cutoff = reader.log_start_ms(md.ttl_ms, house.clock())
     if cutoff <= 0:
         return 0
     stop = st.msg_prefix + keys.MESSAGE_SUFFIX.pack(cutoff, 0)
@@ -139,9 +158,7 @@ def _expire(store: Store, md: TopicMetadata) -> int:
             "last_ts": st.last_ts,
             "last_seq": st.last_seq,
         }
-        store._writer.mutate(
-            [(keys.checkpoint_key(md.topic), json.dumps(checkpoint).encode())]
-        ).result()
+        house.write([(keys.checkpoint_key(md.topic), json.dumps(checkpoint).encode())]).result()
 
     def doomed() -> Iterator[bytes]:
         for key, value in backend.scan(st.msg_prefix, stop):
@@ -153,7 +170,7 @@ def _expire(store: Store, md: TopicMetadata) -> int:
             yield key
         # Payloads of invalid transactions that were never published are garbage once past
         # the TTL; published ones go with their MessageTable row above.
-        for wp in store.transactions.invalid():
+        for wp in house.transactions.invalid():
             if backend.get(st.referenced_prefix + keys.U64.pack(wp)) is not None:
                 continue
             ref = st.payload_prefix + keys.U64.pack(wp)
@@ -161,10 +178,10 @@ def _expire(store: Store, md: TopicMetadata) -> int:
                 if keys.PAYLOAD_ROW.unpack_from(k, len(ref))[0] < cutoff:
                     yield k
 
-    return _delete_keys(store, doomed())
+    return _delete_keys(house, doomed())
 
 
-def _delete_keys(store: Store, found: Iterator[bytes]) -> int:
+def _delete_keys(house: Housekeeping, found: Iterator[bytes]) -> int:
     # Through the writer, so a delete is ordered with every other write: a rollback that
     # rewrites a row cannot put back a row deleted here, nor lose a delete to a race.
     n = 0
@@ -173,13 +190,13 @@ def _delete_keys(store: Store, found: Iterator[bytes]) -> int:
     for key in found:
         chunk.append((key, None))
         if len(chunk) >= CHUNK:
-            store._writer.mutate(chunk).result()
+            house.write(chunk).result()
             n += len(chunk)
             chunk = []
-            if store.writes_refused and time.monotonic() - collected >= FULL_DISK_COLLECT_S:
-                store._backend.collect_garbage()
+            if house.writes_refused() and time.monotonic() - collected >= FULL_DISK_COLLECT_S:
+                house.backend.collect_garbage()
                 collected = time.monotonic()
     if chunk:
-        store._writer.mutate(chunk).result()
+        house.write(chunk).result()
         n += len(chunk)
     return n

@@ -37,7 +37,7 @@ from .ids import (
     TopicId,
     TopicMetadata,
 )
-from .janitor import Janitor
+from .janitor import Housekeeping, Janitor, run_cleanup
 from .topics import (
     OpenTxRow,
     TopicState,
@@ -116,7 +116,18 @@ class Store:
         self.transactions = TransactionManager(
             backend, self._writer.mutate, self._clock, on_finish=self._tx_finished
         )
-        self._janitor = Janitor(self, janitor_interval_s) if janitor_interval_s else None
+        self._housekeeping = Housekeeping(
+            backend=backend,
+            write=self._writer.mutate,
+            topic_state=self._state,
+            all_topics=self.all_topic_metadata,
+            transactions=self.transactions,
+            clock=self._clock,
+            writes_refused=lambda: self.writes_refused,
+        )
+        self._janitor = (
+            Janitor(self._housekeeping, janitor_interval_s) if janitor_interval_s else None
+        )
 
     def now_ms(self) -> int:
         """The store's clock (injectable, see __init__): what its timestamps, TTLs and
@@ -784,9 +795,7 @@ class Store:
     def cleanup(self) -> dict[str, int]:
         """One janitor pass: expire transactions, drop expired and old-generation data."""
         self._check_open()
-        from .janitor import run_cleanup
-
-        return run_cleanup(self)
+        return run_cleanup(self._housekeeping)
 
     @property
     def writes_refused(self) -> bool:

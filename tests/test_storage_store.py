@@ -1094,11 +1094,12 @@ def test_janitor_with_stale_metadata_never_touches_a_newer_generation(
     store.delete_topic(topic)
     store.create_topic(topic)
     store.publish(topic, [b"new-0", b"new-1"])
-    _clean_topic(store, stale)  # as if the pass had read the metadata before the re-create
+    # As if the pass had read the metadata before the re-create:
+    _clean_topic(store._housekeeping, stale)
     deleted = store.get_topic(topic)
     assert [m.payload for m in store.poll(topic)] == [b"new-0", b"new-1"]
     store.delete_topic(topic)
-    _clean_topic(store, store.all_topic_metadata()[0])  # a deleted topic: all of it goes
+    _clean_topic(store._housekeeping, store.all_topic_metadata()[0])  # deleted: all goes
     store.create_topic(topic)
     assert store.poll(topic) == [] and deleted.generation == 2
 

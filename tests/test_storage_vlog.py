@@ -11,7 +11,6 @@ from pathlib import Path
 import plyvel
 import pytest
 from tmsgate.storage import BackendError, TopicId, leveldb, open_backend, vlog
-from tmsgate.storage.janitor import run_cleanup
 from tmsgate.storage.leveldb import VALUE_LOG_MIN_BYTES, VLOG_DIR, LevelDBBackend
 from tmsgate.storage.vlog import MAGIC
 
@@ -211,7 +210,7 @@ def test_expired_messages_free_their_segments(
     assert len(before) > 10
     clock.advance(20_000)
     store.publish(topic, [value(1, 2000)])
-    stats = run_cleanup(store)
+    stats = store.cleanup()
     assert stats["rows_deleted"] >= len(payloads)
     assert stats["vlog_segments_deleted"] >= len(before) - 2
     assert len(segments(path)) <= 2
