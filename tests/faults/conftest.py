@@ -364,6 +364,36 @@ def fault_gateway_module(tmp_path_factory, request) -> Iterator[Callable[..., Fa
     pool.close()
 
 
+@pytest.fixture(params=["leveldb", "hbase"])
+def store_args(request, tmp_path) -> Iterator[tuple[str, ...]]:
+    """Extra ``serve`` arguments naming the store: the gateway's own LevelDB, or hbase://
+    on the Thrift 1 stand-in (tests/hbase_standin.py; not HBase) in a process of its own,
+    so that killing the gateway leaves whatever part of a write reached the store."""
+    if request.param == "leveldb":
+        yield ()
+        return
+    pytest.importorskip("happybase", reason="the hbase engine needs tmsgate[hbase]")
+    port = free_port()
+    standin = Path(__file__).resolve().parent.parent / "hbase_standin.py"
+    with open(tmp_path / "hbase-standin.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(standin), "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not port_open(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the HBase stand-in did not listen on {port}")
+            time.sleep(0.05)
+        yield ("--store", f"hbase://127.0.0.1:{port}/faults")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=STOP_TIMEOUT_S)
+
+
 @pytest.fixture
 def fault_topic_name(request) -> str:
     """A fresh, unique topic name (not created)."""
