@@ -4,6 +4,7 @@ modules, on the memory:// engine too)."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -60,6 +61,10 @@ def any_engine_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
         yield f"leveldb://{tmp_path / 'store'}"
         return
     if request.param == "hbase":
+        if request.node.get_closest_marker("slow_on_hbase") and not os.environ.get(
+            "TMSGATE_TEST_HBASE_SLOW"
+        ):
+            pytest.skip("slow on hbase:// (offset searches); TMSGATE_TEST_HBASE_SLOW=1 runs it")
         address = request.getfixturevalue("hbase_standin")
         yield f"hbase://{address}/t{uuid.uuid4().hex[:12]}"
         return

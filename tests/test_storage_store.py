@@ -276,6 +276,9 @@ def test_clock_going_backwards_never_moves_publish_time_back(
     assert ts == sorted(ts)
 
 
+# Thousands of offset searches, each one salted probe per step on hbase:// (about
+# 100 s on the stand-in); run there with TMSGATE_TEST_HBASE_SLOW=1.
+@pytest.mark.slow_on_hbase
 def test_more_than_65536_messages_in_one_millisecond(store: Store, topic: TopicId, clock) -> None:
     t0 = clock.now  # frozen for the whole test
     results = [store.publish(topic, [b"x"] * n) for n in (60_000, 10_000, 5)]
@@ -1152,6 +1155,9 @@ def test_update_topic_with_a_function_merges_concurrent_changes(
         store.update_topic(topic, lambda current: {**current, "ttl": "-5"})
 
 
+# Thousands of offset searches, each one salted probe per step on hbase:// (about
+# 100 s on the stand-in); run there with TMSGATE_TEST_HBASE_SLOW=1.
+@pytest.mark.slow_on_hbase
 def test_every_offset_is_found_in_uneven_data(store: Store, topic: TopicId, clock) -> None:
     """Seek by offset searches the row keys: bursts in one millisecond, long gaps in time,
     and PayloadTable rows holding many offsets must not throw the search off."""
@@ -1188,6 +1194,9 @@ def test_earliest_offset_follows_the_ttl_both_ways(store: Store, topic: TopicId,
     assert [m.payload for m in store.read(topic, offset=0).messages] == [b"old", b"new"]
 
 
+# Thousands of offset searches, each one salted probe per step on hbase:// (about
+# 100 s on the stand-in); run there with TMSGATE_TEST_HBASE_SLOW=1.
+@pytest.mark.slow_on_hbase
 def test_log_start_moves_in_steps_so_a_named_offset_stays_fetchable(store: Store, clock) -> None:
     """Regression (issue: librdkafka stalled for ever on short-retention topics). The
     earliest offset followed the TTL floor message by message, so at 500 msg/s the offset
