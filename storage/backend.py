@@ -30,6 +30,19 @@ class Backend(Protocol):
         """Apply the phases in order: all of one phase is durable before any row of the
         next is written. On an error, a prefix of phases landed, then part of one."""
 
+    def check_and_put(self, key: bytes, expected: bytes | None, value: bytes | None) -> bool:
+        """Atomically: if the row's current value equals ``expected`` (None: the row is
+        absent), write ``value`` (None: delete) and return True; else change nothing and
+        return False. Durable before returning. On an error, the row may or may not have
+        been written (as with ``write``).
+
+        The one conditional write, for rows that several processes change (leases.py).
+        The hbase engine has it only for metadata rows (keys not under ``M`` or ``P``),
+        cannot delete with it (value None), and refuses empty values (HBase compares an
+        empty cell equal to an absent one); its puts carry the region server's clock, so
+        a key written with check_and_put must not be written with ``write`` as well
+        (storage/hbase.py)."""
+
     def get(self, key: bytes) -> bytes | None: ...
 
     def scan(

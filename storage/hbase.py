@@ -50,7 +50,32 @@ What HBase promises, and what this engine adds:
 - Thrift and socket errors become ``BackendError`` naming ``host:port`` and the
   operation. A call that fails because the pooled connection was dropped (the Thrift
   server closes idle connections) is made once more on a new connection: every call
-  the engine makes is idempotent (writes carry their timestamp).
+  the engine makes is idempotent (writes carry their timestamp), but ``checkAndPut``,
+  which check_and_put retries its own way (below).
+
+``check_and_put`` (the leases of leases.py) is HBase's ``checkAndPut`` on a metadata row's
+``d:v``: compare one column, apply one Put, atomically, in the WAL before it answers.
+What Thrift 1 gives, and what the engine makes of it:
+
+- Its Put carries **the region server's clock** (HConstants.LATEST_TIMESTAMP): Thrift 1's
+  ``Mutation`` has no timestamp, so it cannot carry the engine's. Cells of one row stamped
+  by two clocks can hide each other: a cell or a delete marker that ``write`` stamped
+  ahead of the server's clock (the engine's clock runs up to CLOCK_RESERVE_MS ahead after
+  a restart) hides a later checkAndPut's put, which still answers true. So **a key
+  written with check_and_put is written with check_and_put only** (lease rows are). As a
+  guard, a successful checkAndPut is read back: if the row still holds the value it was
+  compared with, the put is hidden and BackendError says so (rather than two callers
+  both "winning" from that value).
+- HBase compares an empty cell equal to an absent one, so an empty ``expected`` or
+  ``value`` is refused (BackendError) rather than answered wrongly.
+- No checkAndDelete in Thrift 1: ``value`` None is refused. MessageTable and PayloadTable
+  rows span several columns, which one checkAndPut cannot compare or replace: keys under
+  ``M`` and ``P`` are refused.
+- A checkAndPut is not idempotent. When the connection drops during one, it is made once
+  more on a new connection; if that one finds the row changed, the row is read: holding
+  our value, the first call landed (values written with check_and_put are taken to be
+  unique to their writer, as lease rows are: holder and epoch); anything else raises
+  BackendError, the outcome being unknown.
 
 Scans read in chunks: each chunk opens a scanner, takes up to N rows and closes it
 (``scannerOpenWithScan``, ``scannerGetList``, ``scannerClose``), so no connection or
@@ -58,15 +83,15 @@ server-side scanner is held while the caller holds the iterator. Chunks start sm
 (a probe for one row costs little) and grow. The first chunk of every bucket is fetched
 in parallel.
 
-Thrift calls used: getTableNames, createTable, getColumnDescriptors, checkAndPut,
-getRowWithColumns, mutateRowTs, mutateRowsTs, scannerOpenWithScan, scannerGetList,
-scannerClose. HBase >= 0.98 (reversed scans); HBase 1.x and 2.x Thrift 1 servers
-(``hbase thrift start``, default threadpool server: buffered transport, binary
-protocol).
+Thrift calls used: getTableNames, createTable, getColumnDescriptors, checkAndPut (the
+engine row; check_and_put), getRowWithColumns, mutateRowTs, mutateRowsTs,
+scannerOpenWithScan, scannerGetList, scannerClose. HBase >= 0.98 (reversed scans);
+HBase 1.x and 2.x Thrift 1 servers (``hbase thrift start``, default threadpool server:
+buffered transport, binary protocol).
 
 ``snapshot`` and ``disk_reserve_bytes`` are ignored (no lock on HBase, no local disk);
 ``collect_garbage`` returns {} (HBase compacts by itself). Not built yet: several
-gateways on one prefix (nothing fences a second writer), leases.
+gateways on one prefix (leases.py has the leases, but nothing fences a second writer yet).
 """
 
 from __future__ import annotations
@@ -285,9 +310,10 @@ class HBaseBackend:
         )
 
     # --- calls ---------------------------------------------------------------------------
-    def _call(self, op: str, fn: Callable[[Any], T]) -> T:
+    def _call(self, op: str, fn: Callable[[Any], T], retry: bool = True) -> T:
         """``fn(connection)`` on a pooled connection, errors made BackendError. A dropped
-        connection is replaced (by the pool) and the call made once more."""
+        connection is replaced (by the pool) and, with ``retry``, the call made once
+        more."""
         retried = False
         while True:
             if self._closed:
@@ -296,7 +322,7 @@ class HBaseBackend:
                 with self._pool.connection(timeout=self._timeout_s) as conn:
                     return fn(conn)
             except _CALL_ERRORS as exc:
-                if retried or not _dropped_connection(exc):
+                if retried or not retry or not _dropped_connection(exc):
                     raise self._error(op, exc) from exc
                 retried = True
                 log.info(
@@ -374,6 +400,60 @@ class HBaseBackend:
                     f"write {len(chunk)} rows to {table.decode()}",
                     functools.partial(_mutate_rows, table, chunk, ts),
                 )
+
+    # --- conditional writes ------------------------------------------------------------
+    def check_and_put(self, key: bytes, expected: bytes | None, value: bytes | None) -> bool:
+        """HBase's checkAndPut on a metadata row's ``d:v`` (the module's notes: server
+        timestamps, no deletes, no empty values, metadata rows only)."""
+        table, row = self._locate(key)
+        if table != self.metadata_table:
+            raise BackendError(
+                f"{self.url}: check_and_put only on metadata rows, not on {key[:1]!r} keys "
+                "(a MessageTable or PayloadTable row spans several columns)"
+            )
+        if value is None:
+            raise BackendError(
+                f"{self.url}: check_and_put cannot delete on HBase (Thrift 1 has no checkAndDelete)"
+            )
+        if value == b"" or expected == b"":
+            raise BackendError(
+                f"{self.url}: check_and_put cannot compare or write an empty value on HBase "
+                "(its checkAndPut takes an empty cell for an absent one)"
+            )
+        op = f"check_and_put on {table.decode()}"
+        mput = Hbase_thrift.Mutation(column=_RAW, value=value, writeToWAL=True)
+
+        def check_and_put(conn: Any) -> bool:
+            return bool(conn.client.checkAndPut(table, row, _RAW, expected, mput, {}))
+
+        uncertain = False
+        try:
+            done = self._call(op, check_and_put, retry=False)
+        except BackendError as exc:
+            if not _dropped_connection(exc.__cause__):
+                raise
+            log.info("HBase connection dropped during %s (%s); retrying", op, exc.__cause__)
+            uncertain = True  # the first call may have landed
+            done = self._call(op, check_and_put, retry=False)
+        if not done and not uncertain:
+            return False
+        current = self.get(key)
+        if done:
+            if current == expected and current != value:
+                raise BackendError(
+                    f"{self.url}: {op}: checkAndPut said it put {key!r}, but the row still "
+                    "holds the value it was compared with: the put, stamped by the region "
+                    "server's clock, is hidden by a newer cell or delete marker (written by "
+                    "write(), whose timestamps may run ahead, or the server's clock went "
+                    "back); write a check_and_put key with check_and_put only"
+                )
+            return True
+        if current == value:
+            return True  # the first call landed; its answer was lost with the connection
+        raise BackendError(
+            f"{self.url}: {op}: the connection dropped during checkAndPut on {key!r} and the "
+            "row has changed since: whether this write landed is unknown"
+        )
 
     def _next_timestamp(self) -> int:
         """A cell timestamp above every one this store used before (in any process)."""

@@ -27,6 +27,7 @@ CHECKPOINT = b"C"
 TX = b"X"
 STATE = b"S"
 INTENT = b"I"  # I | topic: the rows a write in flight appends to the topic (intents.py)
+LEASE = b"L"  # L | name: a lease with its fencing epoch (leases.py); never deleted
 
 GENERATION = struct.Struct(">i")
 MESSAGE_SUFFIX = struct.Struct(">QH")  # publish_ts, seq

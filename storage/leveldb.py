@@ -144,6 +144,19 @@ class LevelDBBackend:
         else:
             self.write([m for phase in phases for m in phase], sync)
 
+    def check_and_put(self, key: bytes, expected: bytes | None, value: bytes | None) -> bool:
+        """Under the write lock, which every write and value-log move takes, so nothing
+        comes between the compare and the write. Compares values as ``get`` returns them
+        (not a large value's value-log pointer); writes as ``write`` does, synced."""
+        with self._write_lock:
+            self.space.before_write()
+            if self._wedged is not None:
+                self._unwedge()
+            if self.get(key) != expected:
+                return False
+            self._write_locked([(key, value)], True, SMALL_WRITE_VALUE_LOG_MIN_BYTES)
+            return True
+
     def _write_locked(self, mutations: Sequence[Mutation], sync: bool, min_bytes: int) -> None:
         vlog = self._vlog
         batch = self._db.write_batch(sync=sync)

@@ -9,7 +9,8 @@ For tests and for trying tmsgate without a disk. It keeps exactly the backend co
 - a write is applied one row at a time, in a shuffled order within each phase;
 - ``Faults`` can fail a write between two rows (``BackendError``; the backend goes on),
   or crash between two rows (``BackendCrashed``; this backend refuses every later call,
-  as a dead process would, and the rows written so far stay).
+  as a dead process would, and the rows written so far stay). A ``check_and_put`` is one
+  row: a fault comes before it or not at all, never half-way.
 
 ``memory://NAME?seed=7&fail_rate=0.01&crash_rate=0.001`` sets faults from the URL;
 ``memory://`` alone is a fresh private table. Nothing is on disk: a process exit loses
@@ -51,6 +52,17 @@ class MemoryTable:
             else:
                 self.rows[key] = bytes(value)
             self.writes += 1
+
+    def check_and_put(self, key: bytes, expected: bytes | None, value: bytes | None) -> bool:
+        with self.lock:
+            if self.rows.get(key) != expected:
+                return False
+            if value is None:
+                self.rows.pop(key, None)
+            else:
+                self.rows[key] = bytes(value)
+            self.writes += 1
+            return True
 
     def get(self, key: bytes) -> bytes | None:
         with self.lock:
@@ -101,7 +113,8 @@ class Faults:
     Before each row of a write (the first one included) the backend may fail the write
     (``fail_rate``) or crash (``crash_rate``); ``crash_after_rows`` crashes
     deterministically once that many more rows were written, and ``fail_after_rows``
-    fails the write in progress then (once; it is reset to None)."""
+    fails the write in progress then (once; it is reset to None). A ``check_and_put``
+    counts as one row written, whether or not its compare matched."""
 
     seed: int = 0
     fail_rate: float = 0.0
@@ -138,10 +151,18 @@ class MemoryBackend:
                 self._maybe_fail(faults)
             self.table.put(key, value)
             if faults is not None:
-                if faults.crash_after_rows is not None:
-                    faults.crash_after_rows -= 1
-                if faults.fail_after_rows is not None:
-                    faults.fail_after_rows -= 1
+                _count_row(faults)
+
+    def check_and_put(self, key: bytes, expected: bytes | None, value: bytes | None) -> bool:
+        """The compare and the write under the table's lock: one row, for faults too."""
+        self._check_alive()
+        faults = self.faults
+        if faults is not None:
+            self._maybe_fail(faults)
+        done = self.table.check_and_put(key, expected, value)
+        if faults is not None:
+            _count_row(faults)
+        return done
 
     def write_phases(self, phases: Sequence[Sequence[Mutation]], sync: bool = True) -> None:
         for phase in phases:
@@ -210,6 +231,13 @@ class MemoryBackend:
 
     def close(self) -> None:
         pass
+
+
+def _count_row(faults: Faults) -> None:
+    if faults.crash_after_rows is not None:
+        faults.crash_after_rows -= 1
+    if faults.fail_after_rows is not None:
+        faults.fail_after_rows -= 1
 
 
 def open_url(

@@ -13,6 +13,10 @@ documented semantics for what it implements, so that the engine meets them here 
   family keeps ``maxVersions`` versions and reads return the newest; delete markers mask
   every cell at or below their timestamp, also cells put *after* the delete ("deletes
   mask puts"), until a major compaction drops the markers; ``timeToLive`` hides old cells;
+- ``checkAndPut`` compares the newest visible cell of one column under the table's lock
+  and applies one Put stamped with the server's clock (Thrift 1's Mutation has no
+  timestamp); an empty or null expected value matches an absent cell *or* an empty one,
+  a non-empty one an equal cell (HRegion.checkAndMutate);
 - scanners: start row inclusive, stop row exclusive, empty means unbounded; reversed
   scans start at their (inclusive) start row and go down to their (exclusive) stop row;
   ``scannerGetList`` returns up to ``nbRows`` rows, each as it is when fetched;
@@ -26,7 +30,8 @@ Calls it does not implement (``atomicIncrement``, ``increment*``, ``append``,
 There is no persistence, no regions (one per table), no WAL, no replication.
 
 Use: ``with running_standin() as address:`` ("127.0.0.1:PORT") for a server in a thread,
-``StandinServer`` to stop and restart one or inject faults, or by hand:
+``StandinServer`` to stop and restart one or inject faults (``fail_mutations``; and
+``drop_calls``: the connection dies before or after a call is applied), or by hand:
 ``python tests/hbase_standin.py --port 9090``.
 """
 
@@ -274,6 +279,11 @@ class _Scanner:
         return out
 
 
+class DropConnection(BaseException):
+    """Raised by a handler to close the client's connection without answering (a
+    BaseException, so that neither _hbase_call nor thriftpy2's processor answers it)."""
+
+
 def _declared(method: str) -> tuple[type, ...]:
     """The exceptions the IDL lets ``method`` throw."""
     spec = getattr(Hbase_thrift.Hbase, method + "_result").thrift_spec
@@ -289,8 +299,11 @@ def _hbase_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def call(self: StandinHBase, *args: Any) -> Any:
         self.calls[fn.__name__] += 1
+        self._maybe_drop(fn.__name__, after=False)
         try:
-            return fn(self, *args)
+            result = fn(self, *args)
+            self._maybe_drop(fn.__name__, after=True)
+            return result
         except TApplicationException:
             raise
         except TException as exc:
@@ -317,6 +330,8 @@ class StandinHBase:
         self.calls: Counter[str] = Counter()
         # Fault injection: the next mutateRows(Ts) calls fail after this many rows.
         self._faults: list[tuple[int, str] | None] = []
+        # Fault injection: (method, after) -> how many more calls drop their connection.
+        self._drops: Counter[tuple[str, bool]] = Counter()
 
     def fail_mutations(
         self, after_rows: int = 0, times: int = 1, message: str = "", skip_calls: int = 0
@@ -327,6 +342,20 @@ class StandinHBase:
         fault = (after_rows, message or "injected fault")
         with self.lock:
             self._faults += [None] * skip_calls + [fault] * times
+
+    def drop_calls(self, method: str, times: int = 1, after: bool = True) -> None:
+        """Make the next ``times`` calls of ``method`` close the client's connection
+        without an answer: ``after`` the call was applied (the answer is lost), or before
+        (the call never ran), as a server dying or a network failing would."""
+        with self.lock:
+            self._drops[(method, after)] += times
+
+    def _maybe_drop(self, method: str, after: bool) -> None:
+        with self.lock:
+            if self._drops[(method, after)] <= 0:
+                return
+            self._drops[(method, after)] -= 1
+        raise DropConnection(f"{method}: injected connection drop")
 
     def open_scanners(self) -> int:
         with self.lock:
@@ -730,8 +759,14 @@ class StandinHBase:
             now = now_ms()
             current = table.visible(row, [(family, qualifier)], LATEST_TIMESTAMP, now)
             found = current.get((family, qualifier))
-            if (found is not None) if value is None else (found is None or found[1] != value):
+            if not value:  # null or empty: no cell, or an empty one
+                matches = found is None or found[1] == b""
+            else:
+                matches = found is not None and found[1] == value
+            if not matches:
                 return False
+            # Put(row, HConstants.LATEST_TIMESTAMP): the server's clock, whatever the
+            # caller's cells carry; a put at or below a newer cell stays hidden.
             table.put(row, put_family, put_qualifier, now, mput.value or b"")
             return True
 
@@ -937,8 +972,8 @@ class StandinServer:
         try:
             while not self._stopping.is_set():
                 self._processor.process(iprot, oprot)
-        except (TTransportException, OSError):
-            pass  # the client left, the connection idled out, or the server stops
+        except (TTransportException, OSError, DropConnection):
+            pass  # the client left, the connection idled out, the server stops, or a fault
         except Exception:
             log.exception("stand-in connection failed")
         finally:

@@ -842,6 +842,7 @@ ROWS12 = [(b"r%02d" % i, b"v%02d" % i) for i in range(12)]
 def _expect_crashed(backend: MemoryBackend) -> None:
     calls: list[Callable[[], object]] = [
         lambda: backend.get(b"r00"),
+        lambda: backend.check_and_put(b"r00", None, b"x"),
         lambda: backend.write([(b"after", b"x")]),
         lambda: backend.write_phases([[(b"after", b"x")], [(b"after2", b"y")]]),
         lambda: list(backend.scan(b"", END)),
@@ -1038,3 +1039,285 @@ def test_memory_url_options(memory_name: str) -> None:
             open_backend(f"memory://{memory_name}?{bad}")
     with pytest.raises(StorageError, match="unknown store URL scheme"):
         open_backend("memroy://x")
+
+
+# --- check_and_put ---------------------------------------------------------------------
+# Keys of rows that check_and_put may change on every engine (on hbase: metadata rows,
+# not under M or P).
+CAS_KEYS = [b"Lp", b"k", b"T\x00ns:t\x00", b"\x00a", b"\xff", b"Z" * 300]
+
+
+def _is_hbase(url: str) -> bool:
+    return url.startswith("hbase://")
+
+
+def test_check_and_put(engine: Backend) -> None:
+    for key in CAS_KEYS:
+        assert engine.check_and_put(key, None, b"v1") is True  # absent: put
+        assert get_checked(engine, key) == b"v1"
+        assert engine.check_and_put(key, None, b"v2") is False  # not absent any more
+        for wrong in (b"other", b"v", b"v1\x00", b"V1", b"v2"):
+            assert engine.check_and_put(key, wrong, b"v2") is False, wrong
+        assert get_checked(engine, key) == b"v1"  # unchanged
+        assert engine.check_and_put(key, b"v1", b"v2") is True
+        assert get_checked(engine, key) == b"v2"
+        assert engine.check_and_put(key, b"v1", b"v3") is False
+        assert engine.check_and_put(key, b"v2", b"v2") is True  # the same value: a match
+    assert engine.check_and_put(b"absent", b"v1", b"x") is False
+    assert get_checked(engine, b"absent") is None
+    assert scan(engine) == sorted((key, b"v2") for key in CAS_KEYS)
+    assert scan(engine, reverse=True) == sorted(((key, b"v2") for key in CAS_KEYS), reverse=True)
+
+
+def test_check_and_put_compares_whole_values(open_engine: EngineOpener) -> None:
+    """Large values (LevelDB keeps them in its value log: the compare is of values, not
+    of what LevelDB holds), values differing only in their last byte, binary values."""
+    engine = open_engine()
+    big1, big2 = b"a" * 100_000 + b"1", b"a" * 100_000 + b"2"
+    binary = bytes(range(256)) * 3
+    assert engine.check_and_put(b"Lbig", None, big1)
+    assert not engine.check_and_put(b"Lbig", big2, b"x")
+    assert not engine.check_and_put(b"Lbig", big1[:-1], b"x")
+    assert engine.check_and_put(b"Lbig", big1, big2)
+    assert get_checked(engine, b"Lbig") == big2
+    assert not engine.check_and_put(b"Lbig", big1, b"y")
+    assert engine.check_and_put(b"Lbig", big2, binary)
+    assert engine.check_and_put(b"Lbig", binary, big1)
+    engine = open_engine.reopen(engine)
+    assert get_checked(engine, b"Lbig") == big1
+    assert not engine.check_and_put(b"Lbig", big2, b"z")
+    assert engine.check_and_put(b"Lbig", big1, b"small")
+    assert get_checked(engine, b"Lbig") == b"small"
+
+
+def test_check_and_put_deletes_and_empty_values(open_engine: EngineOpener) -> None:
+    engine = open_engine()
+    assert engine.check_and_put(b"Lk", None, b"v")
+    if _is_hbase(open_engine.url):
+        # Thrift 1 has no checkAndDelete, and HBase takes an empty cell for an absent one:
+        # refused, not answered wrongly.
+        for expected, value in [(b"v", None), (None, None), (None, b""), (b"", b"x"), (b"v", b"")]:
+            with pytest.raises(BackendError, match="check_and_put cannot"):
+                engine.check_and_put(b"Lk", expected, value)
+        assert get_checked(engine, b"Lk") == b"v"
+        return
+    assert not engine.check_and_put(b"Lk", b"w", None)
+    assert get_checked(engine, b"Lk") == b"v"
+    assert engine.check_and_put(b"Lk", b"v", None)  # deleted
+    assert get_checked(engine, b"Lk") is None
+    assert engine.check_and_put(b"Lk", None, None)  # absent, and stays so: a match
+    assert not engine.check_and_put(b"Lk", b"v", None)
+    # An empty value is a value, not an absent row.
+    assert engine.check_and_put(b"Le", None, b"")
+    assert get_checked(engine, b"Le") == b""
+    assert not engine.check_and_put(b"Le", None, b"x")
+    assert engine.check_and_put(b"Le", b"", b"x")
+    assert not engine.check_and_put(b"Labsent", b"", b"x")
+    assert get_checked(engine, b"Labsent") is None
+    assert scan(engine) == [(b"Le", b"x")]
+
+
+def test_check_and_put_sees_what_write_wrote(open_engine: EngineOpener) -> None:
+    if _is_hbase(open_engine.url):
+        pytest.skip("on hbase a check_and_put key is written with check_and_put only")
+    engine = open_engine()
+    big = b"b" * 70_000
+    # More than a small write's mutations: LevelDB moves the 300-byte values to its log.
+    rows = [(b"w%02d" % i, b"x" * 300) for i in range(20)] + [(b"big", big)]
+    engine.write(rows)
+    assert engine.check_and_put(b"w03", b"x" * 300, b"new")
+    assert not engine.check_and_put(b"big", big[:-1] + b"?", b"no")
+    assert engine.check_and_put(b"big", big, b"small")
+    engine.write([(b"w03", None)])
+    assert engine.check_and_put(b"w03", None, b"back")
+    engine.write_phases([[(b"w04", b"p1")], [(b"w04", b"p2")]])
+    assert not engine.check_and_put(b"w04", b"p1", b"q")
+    assert engine.check_and_put(b"w04", b"p2", b"q")
+    engine.write([(b"w05", b"after")])
+    assert get_checked(engine, b"w05") == b"after"
+    assert get_checked(engine, b"w03") == b"back"
+
+
+def test_check_and_put_races_have_one_winner(open_engine: EngineOpener) -> None:
+    """8 threads race check_and_put on one key from the same expected value, 20 rounds:
+    exactly one wins each round, and the row holds its value. On memory and hbase the
+    threads are split over 2 backends (2 processes on one store)."""
+    backends = [open_engine()]
+    if not open_engine.url.startswith("leveldb://"):
+        backends.append(open_engine())
+    threads_n, rounds = 8, 20
+    barrier = threading.Barrier(threads_n)
+    won: list[list[bool]] = [[False] * threads_n for _ in range(rounds)]
+    errors: list[BaseException] = []
+
+    def race(i: int) -> None:
+        backend = backends[i % len(backends)]
+        try:
+            for r in range(rounds):
+                expected = None if r == 0 else b"round%d" % (r - 1)
+                barrier.wait()
+                if backend.check_and_put(b"Lhot", expected, b"round%d" % r):
+                    won[r][i] = True
+                    assert backend.get(b"Lhot") == b"round%d" % r
+                barrier.wait()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(threads_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors
+    assert [sum(w) for w in won] == [1] * rounds, won
+    assert get_checked(backends[0], b"Lhot") == b"round%d" % (rounds - 1)
+
+
+# --- check_and_put on hbase ------------------------------------------------------------
+def test_hbase_check_and_put_refuses_rows_of_several_columns(hbase_standin_address: str) -> None:
+    backend = open_backend(f"hbase://{hbase_standin_address}/{_unique('cas_')}")
+    try:
+        for key in (_row_key(keys.MESSAGE, 1), _row_key(keys.PAYLOAD, 1)):
+            with pytest.raises(BackendError, match="only on metadata rows"):
+                backend.check_and_put(key, None, keys.encode_row(0, 1, b"x"))
+            assert backend.get(key) is None
+    finally:
+        backend.close()
+
+
+def test_hbase_check_and_put_detects_a_hidden_put(hbase_standin_address: str) -> None:
+    """checkAndPut's put carries the region server's clock; a cell that write() stamped
+    ahead of it hides the put (checkAndPut still answers true). The engine reads the row
+    back and raises instead of letting a second caller win from the same value."""
+    url = f"hbase://{hbase_standin_address}/{_unique('cas_')}"
+    first = open_backend(url)
+    try:
+        first.write([(b"Swarm", b"1")])  # reserves timestamps ~10 s ahead
+        ahead = open_backend(url)  # starts above them: ahead of the server's clock
+        try:
+            ahead.write([(b"Lk", b"v1"), (b"Lgone", b"x")])
+            ahead.write([(b"Lgone", None)])
+        finally:
+            ahead.close()
+        with pytest.raises(BackendError, match="hidden"):
+            first.check_and_put(b"Lk", b"v1", b"v2")
+        assert first.get(b"Lk") == b"v1"
+        with pytest.raises(BackendError, match="hidden"):  # under a delete marker
+            first.check_and_put(b"Lgone", None, b"v")
+        assert first.get(b"Lgone") is None
+        # Keys only check_and_put writes are exact.
+        assert first.check_and_put(b"Lother", None, b"1")
+        assert first.check_and_put(b"Lother", b"1", b"2")
+        assert first.get(b"Lother") == b"2"
+    finally:
+        first.close()
+
+
+def test_hbase_check_and_put_over_a_dropped_connection() -> None:
+    _need_happybase()
+    standin = pytest.importorskip("hbase_standin")
+    with standin.StandinServer() as server:
+        backend = open_backend(f"hbase://{server.address}/{_unique('drops_')}?pool_size=1")
+        try:
+            assert backend.check_and_put(b"Lk", None, b"v1")
+            # Applied, then the connection dropped: the retry finds our value there.
+            server.hbase.drop_calls("checkAndPut", after=True)
+            assert backend.check_and_put(b"Lk", b"v1", b"v2") is True
+            assert backend.get(b"Lk") == b"v2"
+            # Dropped before it ran: the retry does it.
+            server.hbase.drop_calls("checkAndPut", after=False)
+            assert backend.check_and_put(b"Lk", b"v2", b"v3") is True
+            assert backend.get(b"Lk") == b"v3"
+            # A compare that failed, answer lost: nothing tells it from a write of ours
+            # overwritten since, so the outcome is unknown.
+            server.hbase.drop_calls("checkAndPut", after=True)
+            with pytest.raises(BackendError, match="unknown"):
+                backend.check_and_put(b"Lk", b"v2", b"v4")
+            assert backend.get(b"Lk") == b"v3"
+            # Dropped twice: an error, and the engine goes on.
+            server.hbase.drop_calls("checkAndPut", times=2, after=False)
+            with pytest.raises(BackendError, match=server.address):
+                backend.check_and_put(b"Lk", b"v3", b"v5")
+            assert backend.check_and_put(b"Lk", b"v3", b"v5")
+            assert server.hbase.calls["checkAndPut"] >= 8
+        finally:
+            backend.close()
+
+
+def test_hbase_standin_check_and_put_semantics(hbase_standin_address: str) -> None:
+    """The stand-in's checkAndPut as HBase's HRegion.checkAndMutate: an empty or null
+    expected value matches an absent cell or an empty one."""
+    host, _, port = hbase_standin_address.partition(":")
+    happybase = importlib.import_module("happybase")
+    conn = happybase.Connection(host, int(port))
+    name = _unique("casraw_").encode()
+    conn.create_table(name, {"d": {"max_versions": 1}})
+    try:
+        Mutation = importlib.import_module("Hbase_thrift").Mutation
+        client = conn.client
+
+        def cas(expected: bytes | None, value: bytes) -> bool:
+            return client.checkAndPut(
+                name, b"r", b"d:c", expected, Mutation(column=b"d:c", value=value), {}
+            )
+
+        assert cas(b"x", b"1") is False  # absent is not b"x"
+        assert cas(b"", b"") is True  # empty expected: absent matches; writes an empty cell
+        assert cas(None, b"2") is True  # null expected: an empty cell matches too
+        assert cas(None, b"3") is False
+        assert cas(b"", b"3") is False
+        assert cas(b"2", b"3") is True
+        assert conn.table(name).row(b"r") == {b"d:c": b"3"}
+    finally:
+        conn.delete_table(name, disable=True)
+        conn.close()
+
+
+# --- check_and_put with faults (memory) ------------------------------------------------
+def test_memory_check_and_put_is_one_row_for_faults() -> None:
+    table = MemoryTable()
+    table.rows[b"k"] = b"v0"
+    # A failure comes before it: nothing changed, and the backend goes on.
+    backend = MemoryBackend(table, Faults(fail_after_rows=0))
+    with pytest.raises(BackendError, match="injected"):
+        backend.check_and_put(b"k", b"v0", b"v1")
+    assert table.rows[b"k"] == b"v0" and not backend.crashed
+    assert backend.check_and_put(b"k", b"v0", b"v1")
+    # A crash comes before it: nothing changed, and the backend is dead.
+    backend = MemoryBackend(table, Faults(crash_after_rows=0))
+    with pytest.raises(BackendCrashed):
+        backend.check_and_put(b"k", b"v1", b"v2")
+    assert table.rows[b"k"] == b"v1"
+    _expect_crashed(backend)
+    # It counts as one row, whether or not it wrote.
+    backend = MemoryBackend(table, Faults(crash_after_rows=2))
+    assert not backend.check_and_put(b"k", b"wrong", b"x")
+    assert backend.check_and_put(b"k", b"v1", b"v2")
+    with pytest.raises(BackendCrashed):
+        backend.check_and_put(b"k", b"v2", b"v3")
+    assert table.rows[b"k"] == b"v2"
+    assert table.writes == 2  # the two that wrote
+
+
+def test_memory_check_and_put_random_faults_leave_old_or_new() -> None:
+    outcomes = set()
+    for seed in range(60):
+        runs = []
+        for _ in range(2):  # the same seed, the same outcome
+            table = MemoryTable()
+            table.rows[b"k"] = b"old"
+            backend = MemoryBackend(table, Faults(seed=seed, fail_rate=0.3, crash_rate=0.3))
+            try:
+                result = "won" if backend.check_and_put(b"k", b"old", b"new") else "lost"
+            except BackendCrashed:
+                result = "crashed"
+            except BackendError:
+                result = "failed"
+            runs.append((result, table.rows[b"k"]))
+        assert runs[0] == runs[1], seed
+        result, row = runs[0]
+        assert row == (b"new" if result == "won" else b"old"), runs
+        outcomes.add(result)
+    assert outcomes == {"won", "crashed", "failed"}
