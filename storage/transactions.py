@@ -155,7 +155,9 @@ class TransactionManager:
                 timed_out = self._invalidate_locked(wp)
                 return _then(timed_out, lambda: self._timed_out(wp))
             self._committing.add(wp)
-            done = self._persist([(_IN_PROGRESS + U64.pack(wp), None)])
+            # In the phase where start puts the row (``then``): were a start and its commit
+            # ever in one batch, the delete must land after the put, not before it.
+            done = self._persist([], then=[(_IN_PROGRESS + U64.pack(wp), None)])
 
         def committed() -> None:
             # Visible as committed only now that the commit is on disk: a snapshot taken

@@ -83,6 +83,8 @@ class Batch:
 
     def phases(self) -> list[list[Mutation]]:
         if not self.track:
+            if not self.first and not self.then:
+                return [self.mutations]  # the common batch: no copy
             return [self.first + self.mutations + self.then]
         intents = encode_intents(self.ranges, self.derived)
         derived = [m for _, m in self.derived]
