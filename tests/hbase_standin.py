@@ -44,7 +44,6 @@ import logging
 import re
 import signal
 import socket
-import sys
 import threading
 import time
 import traceback
@@ -931,6 +930,11 @@ class StandinServer:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        self.close_connections()
+
+    def close_connections(self) -> None:
+        """Close every client connection now, as HBase's Thrift server closes idle ones
+        (its read timeout); returns once their handlers have ended."""
         with self._lock:
             clients, handlers = list(self._clients), list(self._handlers)
         for client in clients:
@@ -1004,13 +1008,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     # SIGTERM stops it as Ctrl-C does (a background job ignores SIGINT).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     server = StandinServer(args.host, args.port, args.idle_timeout).start()
+    # The first line of stdout names the address: with --port 0, the one the OS chose.
     print(f"HBase Thrift 1 stand-in (not HBase) on {server.address}; Ctrl-C stops it", flush=True)
     try:
-        while True:
-            time.sleep(3600)
-    except (KeyboardInterrupt, SystemExit):
+        stop.wait()
+    except KeyboardInterrupt:
         pass
     finally:
         server.stop()

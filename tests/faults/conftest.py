@@ -60,6 +60,7 @@ import atexit
 import contextlib
 import json
 import os
+import selectors
 import shlex
 import shutil
 import signal
@@ -373,22 +374,23 @@ def store_args(request, tmp_path) -> Iterator[tuple[str, ...]]:
         yield ()
         return
     pytest.importorskip("happybase", reason="the hbase engine needs tmsgate[hbase]")
-    port = free_port()
     standin = Path(__file__).resolve().parent.parent / "hbase_standin.py"
     with open(tmp_path / "hbase-standin.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, str(standin), "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            [sys.executable, str(standin), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=log,
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not port_open(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the HBase stand-in did not listen on {port}")
-            time.sleep(0.05)
-        yield ("--store", f"hbase://127.0.0.1:{port}/faults")
+        # It prints its address once it listens (the port the OS chose).
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout=START_TIMEOUT_S):
+                raise RuntimeError("the HBase stand-in did not start listening")
+        address = proc.stdout.readline().decode().split(" on ", 1)[1].split(";")[0]
+        yield ("--store", f"hbase://{address}/faults")
     finally:
         proc.terminate()
         proc.wait(timeout=STOP_TIMEOUT_S)
