@@ -57,6 +57,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="store URL, e.g. leveldb:///var/lib/tmsgate (env TMSGATE_STORE)",
     )
     s.add_argument(
+        "--cluster",
+        action="store_true",
+        default=_env_bool("TMSGATE_CLUSTER", False),
+        help="share the store with other gateways (hbase://): each partition is led by one "
+        "gateway at a time, by lease; needs a distinct --node-id each (env TMSGATE_CLUSTER)",
+    )
+    s.add_argument(
+        "--node-id",
+        type=int,
+        default=int(_env("TMSGATE_NODE_ID", "0") or 0),
+        help="this gateway's Kafka broker id, unique among the gateways of one store "
+        "(default 0) (env TMSGATE_NODE_ID)",
+    )
+    s.add_argument(
+        "--lease-ms",
+        type=int,
+        default=int(_env("TMSGATE_LEASE_MS", "10000") or 10000),
+        help="with --cluster: how long a dead gateway's partitions wait before another takes "
+        "them over (default 10000) (env TMSGATE_LEASE_MS)",
+    )
+    s.add_argument(
         "--kafka-listen",
         default=_env("TMSGATE_KAFKA_LISTEN", DEFAULT_KAFKA_LISTEN),
         help="host:port of the Kafka listener (env TMSGATE_KAFKA_LISTEN)",
@@ -286,6 +307,7 @@ def _config(args: argparse.Namespace) -> object:
         authorizer=args.authorizer == "acl",
         super_users=_principals(args.super_users),
         allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found,
+        node_id=args.node_id,
     )
 
 
@@ -383,7 +405,26 @@ def _serve_config(args: argparse.Namespace) -> object:
     metrics = (
         parse_address(args.metrics_listen, "--metrics-listen") if args.metrics_listen else None
     )
-    return ServeConfig(args.store, _config(args), http, metrics)  # type: ignore[arg-type]
+    cluster = None
+    if args.cluster:
+        from tmsgate.gateway.cluster import ClusterConfig
+
+        try:
+            cluster = ClusterConfig(args.node_id, args.lease_ms)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if args.store.startswith("leveldb:"):
+            raise argparse.ArgumentTypeError(
+                "--cluster needs a store several processes can share (hbase://...); "
+                "a leveldb:// store is one process's"
+            )
+    return ServeConfig(
+        args.store,
+        _config(args),  # type: ignore[arg-type]
+        http,
+        metrics,
+        cluster=cluster,
+    )
 
 
 def serve_command(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from tmsgate.storage import (
     DiskFull,
     InvalidTopicProperties,
     InvalidTransaction,
+    NotLeader,
     OffsetGap,
     OffsetOutOfRange,
     StateConflict,
@@ -52,6 +53,11 @@ class TransactionOwned(ValueError):
         self.transactional_id = transactional_id
 
 
+class NotInCluster(RuntimeError):
+    """What a gateway does not serve yet while several share the store (``--cluster``):
+    transactions (docs/deploy.md, "Several gateways")."""
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorKind:
     kafka: ErrorCode
@@ -61,6 +67,10 @@ class ErrorKind:
 
 # Most specific first: the first isinstance match wins.
 _TABLE: tuple[tuple[type[BaseException], ErrorKind], ...] = (
+    # Several gateways: another leads the topic now; Kafka clients refresh their metadata
+    # and move, HTTP clients are told to ask again (the body names the leader's URL).
+    (NotLeader, ErrorKind(ErrorCode.NOT_LEADER_OR_FOLLOWER, 421, "not_leader")),
+    (NotInCluster, ErrorKind(ErrorCode.UNSUPPORTED_VERSION, 501, "not_in_cluster")),
     (TopicNotFound, ErrorKind(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 404, "topic_not_found")),
     (TopicAlreadyExists, ErrorKind(ErrorCode.TOPIC_ALREADY_EXISTS, 409, "topic_exists")),
     (InvalidTopicProperties, ErrorKind(ErrorCode.INVALID_CONFIG, 400, "invalid_properties")),

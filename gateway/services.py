@@ -27,8 +27,10 @@ from prometheus_client import CollectorRegistry
 from tmsgate.storage import Store, open_store
 
 from . import faults
+from .cluster import Cluster, ClusterConfig
 from .kafka.broker import Broker
 from .kafka.config import GatewayConfig
+from .kafka.groups import GroupCoordinator
 from .kafka.metrics import Metrics
 from .kafka.server import KafkaServer
 from .transactions import TransactionService
@@ -51,24 +53,34 @@ class ServeConfig:
     # The store's clock (epoch ms; None: the wall clock). Tests move it instead of waiting
     # for timeouts; it drives TTLs, write pointers and transaction timeouts alike.
     clock: Callable[[], int] | None = None
+    # Several gateways on one store (--cluster): this one's node id and lease time.
+    cluster: ClusterConfig | None = None
 
 
 class Services:
-    def __init__(self, store: Store, kafka: GatewayConfig) -> None:
+    def __init__(
+        self, store: Store, kafka: GatewayConfig, cluster: ClusterConfig | None = None
+    ) -> None:
         self.store = store
+        self.cluster = None if cluster is None else Cluster(store, cluster, kafka.namespace)
         self.namespace = kafka.namespace  # where Kafka's topics live
         self.registry = CollectorRegistry()
         # Bounded: reads from disk queue here instead of piling threads onto LevelDB.
         self.executor = ThreadPoolExecutor(kafka.io_threads, thread_name_prefix="tmsgate-io")
         self.metrics = Metrics(self.registry)
         self.metrics.watch_store(store)
-        self.broker = Broker(store, kafka, metrics=self.metrics, executor=self.executor)
+        self.broker = Broker(
+            store, kafka, metrics=self.metrics, executor=self.executor, cluster=self.cluster
+        )
         # One authorizer, one set of ACLs, for the Kafka and HTTP listeners.
         self.authorizer = self.broker.authorizer
-        self.transactions = TransactionService(store, self.registry, self.broker.txns.owner_of)
+        self.transactions = TransactionService(
+            store, self.registry, self.broker.txns.owner_of, clustered=cluster is not None
+        )
         self.kafka_server = KafkaServer(self.broker)
         self.http_server: HttpServer | None = None
         self._expiry: asyncio.Task[None] | None = None
+        self._leases: asyncio.Task[None] | None = None
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking store call on the shared I/O executor."""
@@ -92,14 +104,15 @@ class Services:
     async def start(self, config: ServeConfig) -> None:
         loop = asyncio.get_running_loop()
         self.broker.attach(loop)
-        await self.broker.groups.ready()  # restored members must expire on time
-        # Partition changes (create, grow, delete, configs) a crash cut short are finished
-        # before any client sees the topics.
-        await self.broker.topics.repair()
-        # Before listening: commits decided before a crash are finished (and open Kafka
-        # transactions aborted) before any client can read.
-        await self.broker.txns.ready()
-        await self.transactions.recover()  # commits with a manifest, the same way
+        if self.cluster is None:
+            await self.broker.groups.ready()  # restored members must expire on time
+            # Partition changes (create, grow, delete, configs) a crash cut short are
+            # finished before any client sees the topics.
+            await self.broker.topics.repair()
+            # Before listening: commits decided before a crash are finished (and open Kafka
+            # transactions aborted) before any client can read.
+            await self.broker.txns.ready()
+            await self.transactions.recover()  # commits with a manifest, the same way
         await self.kafka_server.start()
         if config.http is not None:
             from .http.server import HttpServer  # Starlette and uvicorn only when serving HTTP
@@ -113,15 +126,51 @@ class Services:
         if config.metrics_listen is not None:
             self.metrics.serve(*config.metrics_listen)
             log.info("metrics on http://%s:%d/metrics", *config.metrics_listen)
-        self._expiry = loop.create_task(self._expire_transactions())
+        if self.cluster is None:
+            self._expiry = loop.create_task(self._expire_transactions())
+        else:
+            # Where clients reach us is known now; the first round of leases is taken
+            # before start() returns, so a lone gateway serves at once.
+            self.cluster.announce(
+                self.broker.advertised_host, self.broker.advertised_port, self.broker.http_url
+            )
+            await self._lease_round()
+            self._leases = loop.create_task(self._keep_leases())
 
     async def stop(self, grace_s: float) -> None:
         if self._expiry is not None:
             self._expiry.cancel()
+        if self._leases is not None:
+            self._leases.cancel()
         if self.http_server is not None:
             await self.http_server.stop()
         await self.kafka_server.stop(grace_s)
         await self.broker.groups.close()  # flush queued group state before the store closes
+        if self.cluster is not None:
+            # After the last write: the others take over at once, not after the lease.
+            await self.run(self.cluster.stop)
+
+    # --- several gateways -------------------------------------------------------------------
+    async def _lease_round(self) -> None:
+        assert self.cluster is not None
+        was, now = await self.run(self.cluster.tick)
+        if was != now:
+            # The groups move with the controller: the new one loads them from the store,
+            # and the old one's members are told NOT_COORDINATOR, find the new, and rejoin.
+            log.info("%s the group coordinator", "now" if now else "no longer")
+            self.broker.groups.shutdown()
+            self.broker.groups = GroupCoordinator(self.broker, self.broker.groups.config)
+            if now:
+                await self.broker.groups.ready()
+
+    async def _keep_leases(self) -> None:
+        assert self.cluster is not None
+        while True:
+            await asyncio.sleep(self.cluster.config.tick_s)
+            try:
+                await self._lease_round()
+            except Exception as exc:  # the store failing: leases run out, others take over
+                log.warning("renewing leases failed: %s", exc)
 
     def close(self) -> None:
         """After stop() (or a failed start): release threads, then close the store."""
@@ -168,10 +217,11 @@ async def serve(
             janitor_interval_s=janitor,
             disk_reserve_bytes=kafka.disk_reserve_bytes,
             clock=config.clock,
+            shared=config.cluster is not None,
         ),
     )
     try:
-        services = Services(store, kafka)
+        services = Services(store, kafka, config.cluster)
         faults.install_from_env(services)
     except BaseException:
         store.close()

@@ -49,7 +49,7 @@ from tmsgate.storage import (
 )
 from tmsgate.storage.transactions import COMMITTED, IN_PROGRESS
 
-from .errors import TransactionOwned
+from .errors import NotInCluster, TransactionOwned
 
 log = logging.getLogger("tmsgate.transactions")
 
@@ -86,11 +86,16 @@ class TransactionService:
         store: Store,
         registry: CollectorRegistry,
         kafka_owner: Callable[[int], str | None] = lambda wp: None,
+        *,
+        clustered: bool = False,
     ) -> None:
         """``kafka_owner(wp)``: the Kafka transactional id whose transaction ``wp`` is
         (the Kafka transaction coordinator's), else None."""
         self._store = store
         self._manager = store.transactions
+        # Several gateways: each has its own transaction manager over one store, whose
+        # write pointers could collide; until one is shared, none starts a transaction.
+        self._clustered = clustered
         self._kafka_owner = kafka_owner
         self._key_lock = asyncio.Lock()  # one transaction per key, whoever asks first
         self._next_key_sweep_ms = 0
@@ -118,6 +123,11 @@ class TransactionService:
 
     # --- transitions (durable) -------------------------------------------------------------
     async def start(self, timeout_s: float | None = None) -> Transaction:
+        if self._clustered:
+            raise NotInCluster(
+                "transactions are not served yet when several gateways share the store "
+                "(tmsgate serve --cluster): run a single gateway for transactions"
+            )
         timeout = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
         if not 0 < timeout <= MAX_TIMEOUT_S:
             raise ValueError(f"timeout must be between 0 and {MAX_TIMEOUT_S:g} seconds")
@@ -128,6 +138,8 @@ class TransactionService:
     async def start_keyed(self, key: str, timeout_s: float | None = None) -> KeyedStart:
         """The transaction of ``key`` (see the module docstring)."""
         check_key(key)
+        if self._clustered:
+            await self.start()  # refused with the reason
         async with self._key_lock:
             raw = self._store.get_state(KEY_AREA, key)
             if raw is not None:

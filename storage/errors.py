@@ -71,6 +71,17 @@ class StateConflict(StorageError):
     record no longer follows what is durable. Only that publish fails."""
 
 
+class NotLeader(StorageError):
+    """Several gateways share the store and this one does not lead the topic (now): its
+    writes go to the gateway holding the topic's lease (gateway/cluster.py)."""
+
+    def __init__(self, topic: object, detail: str = "") -> None:
+        super().__init__(
+            f"this gateway does not lead topic {topic}" + (f": {detail}" if detail else "")
+        )
+        self.topic = topic
+
+
 class BackendError(StorageError):
     """The backend failed (I/O error, corruption, lock held by another process)."""
 

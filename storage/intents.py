@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from . import keys
 from .backend import Backend, Mutation
 from .errors import BackendError
+from .ids import TopicId
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +106,22 @@ def decode_intent(raw: bytes) -> tuple[list[Range], list[Mutation]]:
     return ranges, derived
 
 
-def settle(backend: Backend) -> dict[str, int]:
-    """Finish or undo every write an intent row says may have landed in part; -> counts
-    of intents settled each way and rows deleted."""
+def settle(backend: Backend, topics: Iterable[TopicId] | None = None) -> dict[str, int]:
+    """Finish or undo every write an intent row says may have landed in part (only those
+    of ``topics`` when given: with several gateways on one store, each settles only the
+    topics it leads, since an intent of another topic may be a write still in flight);
+    -> counts of intents settled each way and rows deleted."""
     stats = {"intents_finished": 0, "intents_undone": 0, "rows_undone": 0}
-    stop = keys.prefix_end(keys.INTENT)
-    for key, raw in list(backend.scan(keys.INTENT, stop)):
+    if topics is None:
+        found = list(backend.scan(keys.INTENT, keys.prefix_end(keys.INTENT)))
+    else:
+        found = []
+        for topic in topics:
+            key = keys.intent_key(topic)
+            raw = backend.get(key)
+            if raw is not None:
+                found.append((key, raw))
+    for key, raw in found:
         ranges, derived = decode_intent(raw)
         landed = [[k for k, _ in backend.scan(first, last + b"\x00")] for first, last, _ in ranges]
         if all(len(found) == rows for found, (_, _, rows) in zip(landed, ranges, strict=True)):

@@ -186,6 +186,17 @@ class LeaseTable:
         new = encode_lease(lease.holder, lease.epoch, min(now, lease.expires_ms), lease.ttl_ms)
         return self._replace_ours(lease, new)
 
+    def next_number(self, name: str) -> int:
+        """1, 2, 3, ...: a number nobody was given before from the counter ``name`` (kept
+        as a lease row whose epoch is the count, so the same check-and-put guards it; it is
+        never held). For handing out disjoint blocks, e.g. producer ids, across gateways."""
+        key = lease_key(name)
+        while True:  # a lost check_and_put: another took a number meanwhile; take the next
+            row = self._backend.get(key)
+            n = 1 if row is None else decode_lease(name, row).epoch + 1
+            if self._backend.check_and_put(key, row, encode_lease("counter", n, 0, 1)):
+                return n
+
     def _replace_ours(self, lease: Lease, new: bytes) -> bool:
         """Replace the lease's row with ``new`` if it is still ``lease``'s holder's with
         the same epoch: first against the row ``lease`` came from; if that changed, once

@@ -19,6 +19,7 @@ from .append import Item, RowAppender
 from .backend import Backend, Mutation, open_backend
 from .errors import (
     InvalidTransaction,
+    NotLeader,
     OffsetGap,
     OffsetOutOfRange,
     StorageError,
@@ -38,6 +39,7 @@ from .ids import (
     TopicMetadata,
 )
 from .janitor import Housekeeping, Janitor, run_cleanup
+from .leases import LeaseTable
 from .topics import (
     OpenTxRow,
     TopicState,
@@ -98,8 +100,19 @@ class Store:
         *,
         clock: Callable[[], int] | None = None,
         janitor_interval_s: float | None = None,
+        shared: bool = False,
     ) -> None:
+        """``shared``: several gateways use this store (``tmsgate serve --cluster``), each
+        writing only the topics it leads: writes wait for ``lead`` (a topic's writes are
+        refused with NotLeader until then), and settling intents, reloading state and
+        caching metadata are each limited to what this process may know is current."""
         self._backend = backend
+        self._shared = shared
+        # Shared: the topics this process leads, each until a time by the store's clock
+        # (its lease's end less a margin: gateway/cluster.py). Changed under _lock; a
+        # single get needs none.
+        self._led: dict[TopicId, int] = {}
+        self._leadership_changes = 0
         self._clock = clock or wall_clock_ms
         self._lock = threading.RLock()
         self._metadata: dict[TopicId, TopicMetadata | None] = {}
@@ -110,7 +123,8 @@ class Store:
         self._write_failures = 0
         # A full disk: publishes and stores are refused while this says so (space.py).
         self._space = getattr(backend, "space", None)
-        intents.settle(backend)  # writes a crash left in part, before anything reads
+        if not shared:  # shared: each topic's as its leader takes it (lead)
+            intents.settle(backend)  # writes a crash left in part, before anything reads
         self._writer = Writer(backend, on_failure=self._reload)
         self._rows = RowAppender(backend, self._clock, self._made_visible)
         self.transactions = TransactionManager(
@@ -277,6 +291,76 @@ class Store:
             for k, v in self._backend.scan(prefix, keys.prefix_end(prefix))
         ]
 
+    # --- several gateways (shared=True) ---------------------------------------------------
+    def lead(self, topic: TopicId, until_ms: int) -> dict[str, int]:
+        """Write ``topic`` until ``until_ms`` (the store's clock). Its lease was just taken
+        (gateway/cluster.py), so no other process writes it any more: a write the previous
+        leader left in part is settled, and the topic's state is read afresh from the
+        backend. Called again with a later time while leading, it only extends (a renewed
+        lease). -> settle counts."""
+        self._check_open()
+        if not self._shared:
+            return {}
+        if topic in self._led:
+            with self._lock:
+                self._led[topic] = until_ms
+            return {}
+        stats = intents.settle(self._backend, [topic])
+        raw = self._backend.get(keys.topic_meta_key(topic))
+        with self._lock:
+            if raw is None:
+                self._metadata.pop(topic, None)
+            else:
+                self._metadata[topic] = decode_metadata(topic, raw)
+            self._states.pop(topic, None)
+            self._led[topic] = until_ms
+            self._leadership_changes += 1
+        return stats
+
+    def follow(self, topic: TopicId) -> None:
+        """Stop writing ``topic`` (its lease is handed over or lost): writes raise NotLeader
+        from now on, and what this process knew of it is forgotten."""
+        with self._lock:
+            self._led.pop(topic, None)
+            self._states.pop(topic, None)
+            self._leadership_changes += 1
+
+    @property
+    def leadership_changes(self) -> int:
+        """Topics taken or given up so far (shared store): views of state kept outside the
+        store (the gateway's producer states) are dropped when it changes."""
+        return self._leadership_changes
+
+    def leads(self, topic: TopicId) -> bool:
+        """May this process write ``topic`` now (always, unless the store is shared)."""
+        return not self._shared or self._clock() < self._led.get(topic, 0)
+
+    def refresh_topics(self) -> list[TopicMetadata]:
+        """Shared store: read every topic's metadata again, for changes other gateways made
+        (created, reconfigured, deleted); topic listeners hear of each, as of a change made
+        here. -> every topic's metadata, deleted generations included."""
+        self._check_open()
+        changed = []
+        found = self.all_topic_metadata()
+        for md in found:
+            with self._lock:
+                old = self._metadata.get(md.topic)
+                if old == md:
+                    continue
+                self._metadata[md.topic] = md
+                if old is not None and old.generation != md.generation:
+                    self._states.pop(md.topic, None)
+                elif (st := self._states.get(md.topic)) is not None:
+                    st.metadata = md
+            changed.append(md)
+        for md in changed:
+            self._topic_changed(md)
+        return found
+
+    def lease_table(self, clock_ms: Callable[[], int] | None = None) -> LeaseTable:
+        """The leases kept in this store's MetadataTable (storage/leases.py)."""
+        return LeaseTable(self._backend, clock_ms or self._clock)
+
     # --- publishing -----------------------------------------------------------------------
     def publish(
         self,
@@ -309,7 +393,7 @@ class Store:
 
         def op(batch: Batch) -> PublishResult:
             self._refuse_if_full()  # again: the disk may have filled while it was queued
-            st = self._state(topic)
+            st = self._leading(topic)
             if wp is not None and not self.transactions.is_in_progress(wp):
                 raise TransactionNotInProgress(wp, self.transactions.state(wp))
             saved = (st.last_ts, st.last_seq, st.next_offset)
@@ -367,7 +451,7 @@ class Store:
 
         def op(batch: Batch) -> int:
             self._refuse_if_full()
-            st = self._state(topic)
+            st = self._leading(topic)
             saved = (st.last_ts, st.last_seq, st.next_offset)
             if base_offset > st.next_offset:
                 if st.next_offset != 0:
@@ -412,7 +496,7 @@ class Store:
             raise InvalidTransaction("publish_sealed() needs a transaction")
 
         def op(batch: Batch) -> int:
-            st = self._state(topic)
+            st = self._leading(topic)
             if self._rows.is_referenced(st, wp):
                 return 0
             if not self.transactions.is_in_progress(wp):
@@ -432,7 +516,7 @@ class Store:
             raise InvalidTransaction("discard_payloads() needs a transaction")
 
         def op(batch: Batch) -> int:
-            st = self._state(topic)
+            st = self._leading(topic)
             if self.transactions.visibility_now(wp) is not Visibility.SKIP:
                 raise TransactionNotInProgress(wp, self.transactions.state(wp))
             if self._rows.is_referenced(st, wp):
@@ -463,7 +547,7 @@ class Store:
 
         def op(batch: Batch) -> StoredRange:
             self._refuse_if_full()
-            st = self._state(topic)
+            st = self._leading(topic)
             if not txm.is_in_progress(wp) or txm.is_decided(wp):
                 # Decided: a commit is choosing which stored rows to publish; a store
                 # landing now (a retried task's zombie) must not slip in.
@@ -526,7 +610,7 @@ class Store:
         txm = self.transactions
 
         def op(batch: Batch) -> int:
-            st = self._state(topic)
+            st = self._leading(topic)
             prefix = st.payload_prefix + _U64.pack(wp)
             doomed: list[bytes] = []
             low = prefix
@@ -568,7 +652,7 @@ class Store:
         txm = self.transactions
 
         def op(batch: Batch) -> int:
-            st = self._state(topic)
+            st = self._leading(topic)
             if not (txm.is_in_progress(wp) or wp in txm.invalid()):
                 # Accepted messages are immutable (the seed): a committed transaction's
                 # rows stay; an unknown pointer has nothing to roll back.
@@ -856,11 +940,13 @@ class Store:
 
     def _topic_metadata(self, topic: TopicId) -> TopicMetadata | None:
         with self._lock:
-            if topic in self._metadata:
-                return self._metadata[topic]
+            md = self._metadata.get(topic)
+            if md is not None or (topic in self._metadata and not self._shared):
+                return md
             raw = self._backend.get(keys.topic_meta_key(topic))
             md = decode_metadata(topic, raw) if raw else None
-            self._metadata[topic] = md
+            if md is not None or not self._shared:  # shared: another gateway may create it
+                self._metadata[topic] = md
             return md
 
     def _require(self, topic: TopicId) -> TopicMetadata:
@@ -868,6 +954,13 @@ class Store:
         if md is None or md.generation <= 0:
             raise TopicNotFound(topic)
         return md
+
+    def _leading(self, topic: TopicId) -> TopicState:
+        """The state of a topic this process is about to write (on the writer thread):
+        with a shared store, only a topic it leads (NotLeader otherwise)."""
+        if self._shared and not self._clock() < self._led.get(topic, 0):
+            raise NotLeader(topic, "its lease is held elsewhere or ran out")
+        return self._state(topic)
 
     def _state(self, topic: TopicId) -> TopicState:
         st = self._states.get(topic)
@@ -880,6 +973,10 @@ class Store:
                 st = load_state(self._backend, md, self.transactions.is_in_progress)
                 if st.open_tx_rows:
                     st.open_tx_rows = self._still_open(st)
+                if self._shared and topic not in self._led:
+                    # Another gateway writes it: this view is current only now, so it is
+                    # read again next time (a follower's read).
+                    return st
                 for row in st.open_tx_rows:
                     self._rows.tx_topics.setdefault(row.write_pointer, set()).add(topic)
                 self._states[topic] = st
@@ -916,7 +1013,9 @@ class Store:
     def _reload(self) -> None:
         """After a failed durable write: forget in-memory state and re-read the backend."""
         self._write_failures += 1
-        intents.settle(self._backend)
+        with self._lock:
+            led = list(self._led)
+        intents.settle(self._backend, led if self._shared else None)
         with self._lock:
             self._metadata.clear()
             self._states.clear()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
+from tmsgate.gateway.cluster import ClusterConfig
 from tmsgate.gateway.kafka import GatewayConfig, KafkaServer
 from tmsgate.gateway.services import ServeConfig, Services, serve
 from tmsgate.protocol import response_class
@@ -46,11 +47,14 @@ class GatewayThread:
         *,
         http: bool = False,
         clock: Callable[[], int] | None = None,
+        cluster: ClusterConfig | None = None,
     ) -> None:
         """``http``: serve the HTTP API too, on a free port (``http_url``). ``clock``: the
-        store's clock in epoch ms (default: the wall clock), for tests that move time."""
+        store's clock in epoch ms (default: the wall clock), for tests that move time.
+        ``cluster``: one of several gateways sharing the store (gateway/cluster.py)."""
         self.store_url = store_url
         self.clock = clock
+        self.cluster = cluster
         self.config = replace(config or GatewayConfig(), host="127.0.0.1", port=0)
         self.http = http
         self.server: KafkaServer | None = None
@@ -125,7 +129,9 @@ class GatewayThread:
                 from tmsgate.gateway.http.config import HttpConfig
 
                 http = HttpConfig(host="127.0.0.1", port=0)
-            config = ServeConfig(self.store_url, self.config, http, clock=self.clock)
+            config = ServeConfig(
+                self.store_url, self.config, http, clock=self.clock, cluster=self.cluster
+            )
             await serve(config, stop=self._stop, on_ready=ready, handle_signals=False)
 
         try:

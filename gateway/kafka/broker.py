@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from tmsgate.storage import Store
 
 from ..acls import Authorizer
+from ..cluster import Cluster
 from ..users import Users
 from .batch_cache import BatchCache
 from .config import GatewayConfig
@@ -93,12 +94,15 @@ class Broker:
         routes: RouteTable | None = None,
         executor: ThreadPoolExecutor | None = None,
         authorizer: Authorizer | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         """``executor``: the process's shared I/O executor (gateway/services.py owns it and
         shuts it down); a broker built alone (tests) makes and closes its own.
         ``authorizer``: the process's, shared with HTTP; by default one from ``config``."""
         self.store: Store = store
         self.config = config
+        # Several gateways on one store: who leads what (None: this one leads everything).
+        self.cluster = cluster
         # Bounded: reads from disk queue here instead of piling threads onto LevelDB.
         self._own_executor = executor is None
         self.executor = executor or ThreadPoolExecutor(

@@ -35,6 +35,9 @@ STATE_AREA = "kafka.producer"
 ID_AREA = "kafka.producer-id"
 ID_KEY = "next"
 ID_BLOCK = 1000
+# Several gateways take blocks from one counter (gateway/cluster.py), above every id a
+# single gateway handed out before (its blocks count up from 0).
+CLUSTER_ID_BASE = 1 << 40
 KEEP_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 MAX_CACHED = 100_000
 NO_EPOCH = -1
@@ -139,6 +142,8 @@ class ProducerStates:
         self._entries: OrderedDict[str, ProducerEntry] = OrderedDict()
         self._persisted: dict[str, ProducerEntry] = {}  # writer thread only
         self._failures_seen = 0  # writer thread only
+        self._changes_seen = 0  # the store's leadership changes the views are of (loop)
+        self._persisted_changes_seen = 0  # the same, writer thread
         self._ids_lock = asyncio.Lock()
         self._next_id = 0
         self._id_limit = 0
@@ -152,7 +157,12 @@ class ProducerStates:
         """A producer id never handed out before, also across restarts (blocks of 1000
         are reserved durably, so a restart skips at most the rest of a block)."""
         async with self._ids_lock:
-            if self._next_id >= self._id_limit:
+            cluster = self._broker.cluster
+            if self._next_id >= self._id_limit and cluster is not None:
+                block = await self._broker.run(cluster.producer_id_block)
+                start = CLUSTER_ID_BASE + (block - 1) * ID_BLOCK
+                self._next_id, self._id_limit = start, start + ID_BLOCK
+            elif self._next_id >= self._id_limit:
                 store = self._broker.store
                 raw = await self._broker.run(store.get_state, ID_AREA, ID_KEY)
                 start = _ID.unpack(raw)[0] if raw else 0
@@ -163,6 +173,10 @@ class ProducerStates:
             return pid
 
     async def entry(self, key: str) -> ProducerEntry:
+        changes = self._broker.store.leadership_changes
+        if changes != self._changes_seen:  # another gateway may have written meanwhile
+            self._changes_seen = changes
+            self._entries.clear()
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
@@ -198,6 +212,9 @@ class ProducerStates:
             if self._failures_seen != store.write_failures:
                 self._persisted.clear()  # a failed write: views may hold phantom batches
                 self._failures_seen = store.write_failures
+            if self._persisted_changes_seen != store.leadership_changes:
+                self._persisted.clear()  # a partition led elsewhere meanwhile
+                self._persisted_changes_seen = store.leadership_changes
             view = self._persisted.get(key)
             if view is None:
                 view = self._persisted[key] = decode_entry(store.get_state(STATE_AREA, key))

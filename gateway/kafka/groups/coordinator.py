@@ -114,6 +114,9 @@ class GroupCoordinator:
         """Load the durable state once; concurrent first requests wait for the same load."""
         if self.closed:
             raise GroupError(E.NOT_COORDINATOR, "the gateway is shutting down")
+        cluster = self.broker.cluster
+        if cluster is not None and not cluster.is_controller:
+            raise GroupError(E.NOT_COORDINATOR, "another gateway coordinates the groups")
         if self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(self._load())
         try:
@@ -557,6 +560,9 @@ class GroupCoordinator:
     async def list(
         self, states: set[GroupState] | None = None, types: set[str] | None = None
     ) -> list[ListedGroup]:
+        cluster = self.broker.cluster
+        if cluster is not None and not cluster.is_controller:
+            return []  # Kafka: each broker lists the groups it coordinates
         await self.ready()
         if types and CLASSIC not in {t.lower() async for t in self.broker.paced(types)}:
             return []

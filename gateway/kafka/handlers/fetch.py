@@ -173,6 +173,8 @@ async def _targets(ctx: RequestContext, req: Any) -> list[tuple[Any, list[Target
             else:
                 part = await topics.partition(info, p.partition)
                 gone = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if part is not None and not broker.store.leads(part.id):
+                    part, gone = None, ErrorCode.NOT_LEADER_OR_FOLLOWER
             parts.append(Target(part, p.partition, p.fetch_offset, p.partition_max_bytes, gone))
         out.append((ft, parts))
     return out

@@ -1,5 +1,6 @@
 """FindCoordinator: this gateway coordinates every group and every transactional id (the
-transaction coordinator is gateway/kafka/txn). v4+ asks for several keys at once."""
+transaction coordinator is gateway/kafka/txn); with several gateways on one store, the
+controller does (gateway/cluster.py). v4+ asks for several keys at once."""
 
 from __future__ import annotations
 
@@ -27,6 +28,23 @@ def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
             "node_id": -1,
             "host": "",
             "port": -1,
+        }
+    if broker.cluster is not None:
+        node = broker.cluster.controller()
+        if node is None:  # between controllers: clients ask again
+            return {
+                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "no gateway coordinates groups at the moment",
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+            }
+        return {
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "node_id": node.node_id,
+            "host": node.host,
+            "port": node.port,
         }
     return {
         "error_code": ErrorCode.NONE,

@@ -29,6 +29,8 @@ async def _partition(
     if info is not None:
         info = await ctx.broker.topics.partition(info, p.partition_index)
         missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if info is not None and not ctx.broker.store.leads(info.id):
+            info, missing = None, ErrorCode.NOT_LEADER_OR_FOLLOWER
     if info is None:
         return _PartResp(error_code=missing, timestamp=-1, offset=-1, **kwargs)
     try:

@@ -1,4 +1,7 @@
-"""Metadata: this gateway is the only broker and leads every partition of every topic.
+"""Metadata: this gateway is the only broker and leads every partition of every topic;
+with several gateways on one store (gateway/cluster.py), every live gateway is a broker,
+each partition's leader is the gateway holding its lease (none while it moves:
+LEADER_NOT_AVAILABLE, and clients ask again), and the controller coordinates the groups.
 
 Topics are auto-created here (auto.create.topics.enable, and the request's
 allow_auto_topic_creation from v4) as Kafka does, at most MAX_AUTO_CREATE_PER_REQUEST
@@ -12,7 +15,7 @@ are walked with ``broker.paced`` so that other clients are served meanwhile.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import MetadataResponse
 from tmsgate.protocol import ApiKey, ErrorCode
@@ -22,24 +25,46 @@ from ..context import RequestContext
 from ..routes import Route
 from ..topics import TopicInfo
 
+if TYPE_CHECKING:
+    from ..broker import Broker
+
 _Broker = MetadataResponse.MetadataResponseBroker
 _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
 
 
-def _topic(info: TopicInfo, node_id: int) -> Any:
-    partitions = [
-        _Partition(
-            error_code=ErrorCode.NONE,
+def _partition(index: int, node_id: int) -> Any:
+    if node_id < 0:  # moving between gateways
+        return _Partition(
+            error_code=ErrorCode.LEADER_NOT_AVAILABLE,
             partition_index=index,
-            leader_id=node_id,
+            leader_id=-1,
             leader_epoch=-1,
-            replica_nodes=[node_id],
-            isr_nodes=[node_id],
+            replica_nodes=[],
+            isr_nodes=[],
             offline_replicas=[],
         )
-        for index in range(info.partitions)
-    ]
+    return _Partition(
+        error_code=ErrorCode.NONE,
+        partition_index=index,
+        leader_id=node_id,
+        leader_epoch=-1,
+        replica_nodes=[node_id],
+        isr_nodes=[node_id],
+        offline_replicas=[],
+    )
+
+
+def _topic(info: TopicInfo, broker: Broker) -> Any:
+    cluster = broker.cluster
+    if cluster is None:
+        node_id = broker.config.node_id
+        partitions = [_partition(index, node_id) for index in range(info.partitions)]
+    else:
+        partitions = []
+        for index in range(info.partitions):
+            leader = cluster.leader(broker.topics.topic_id(info.name, index))
+            partitions.append(_partition(index, -1 if leader is None else leader.node_id))
     return _Topic(
         error_code=ErrorCode.NONE,
         name=info.name,
@@ -65,7 +90,6 @@ MAX_AUTO_CREATE_PER_REQUEST = 100
 
 async def _requested(ctx: RequestContext, req: Any) -> list[Any]:
     broker = ctx.broker
-    node = broker.config.node_id
     auto = bool(req.allow_auto_topic_creation) if ctx.version >= 4 else True
     auto = auto and broker.config.auto_create_topics
     creations_left = MAX_AUTO_CREATE_PER_REQUEST
@@ -91,7 +115,7 @@ async def _requested(ctx: RequestContext, req: Any) -> list[Any]:
                 info, code = await broker.topics.resolve(name, True)
             else:
                 code = ErrorCode.LEADER_NOT_AVAILABLE
-        out.append(_missing(name, code) if info is None else _topic(info, node))
+        out.append(_missing(name, code) if info is None else _topic(info, broker))
     async for topic_id in broker.paced(ids):
         info = await broker.topics.by_uuid(topic_id)
         if info is not None and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, info.name):
@@ -100,26 +124,36 @@ async def _requested(ctx: RequestContext, req: Any) -> list[Any]:
         elif info is None:
             out.append(_missing(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
         else:
-            out.append(_topic(info, node))
+            out.append(_topic(info, broker))
     return out
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
-    node = broker.config.node_id
     # v0 asks for all topics with an empty list, v1+ with null.
     if req.topics is None or (ctx.version == 0 and not req.topics):
         # Only the topics the principal may describe, as Kafka lists them.
         topics = [
-            _topic(info, node)
+            _topic(info, broker)
             async for info in broker.paced(await broker.topics.list())
             if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, info.name, log=False)
         ]
     else:
         topics = await _requested(ctx, req)
-    brokers = [
-        _Broker(node_id=node, host=broker.advertised_host, port=broker.advertised_port, rack=None)
-    ]
+    if broker.cluster is None:
+        node = broker.config.node_id
+        brokers = [
+            _Broker(
+                node_id=node, host=broker.advertised_host, port=broker.advertised_port, rack=None
+            )
+        ]
+    else:
+        brokers = [
+            _Broker(node_id=n.node_id, host=n.host, port=n.port, rack=None)
+            for n in broker.cluster.nodes()
+        ]
+        controller = broker.cluster.controller()
+        node = -1 if controller is None else controller.node_id
     return ctx.response(
         throttle_time_ms=0,
         brokers=brokers,

@@ -372,6 +372,11 @@ async def _submit(
             f"topic {name or td.topic_id} partition {pd.index} does not exist"
             + (f" (it has {info.partitions})" if info is not None else ""),
         )
+    if not ctx.broker.store.leads(part.id):
+        return _fail(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            f"this gateway does not lead topic {part.name} partition {pd.index}",
+        )
     return await _prepare(ctx, part, pd.records)
 
 

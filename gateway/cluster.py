@@ -1,0 +1,308 @@
+"""Several gateways over one shared store (``tmsgate serve --cluster --node-id N``).
+
+Every partition (a TMS topic: storage/partitions.py) has one leader at a time, the
+gateway holding its lease; one gateway, the controller, also coordinates every consumer
+group. The leases live in the store's MetadataTable (storage/leases.py), taken and
+renewed with check-and-put, so nothing but the store is shared: no other service to run.
+
+Lease names:
+- ``gateway/<node id>``: a live gateway, its holder naming where clients reach it
+  (``host:port http-url pid.start``). Its expiry is how the others learn it died.
+- ``controller``: the group coordinator (and the gateway Metadata names as controller).
+- ``partition/<topic>``: the partition's leader (only the leader writes it).
+
+Every ``lease_ms / RENEWALS_PER_LEASE`` each gateway (``tick``, on an I/O thread):
+1. renews its own leases (a lease it cannot renew was taken over: it stops at once);
+2. reads every lease (one scan) and every topic's metadata (topics made elsewhere);
+3. takes the partitions that should be its own and are free: each partition's gateway
+   is chosen among the live ones by rendezvous hashing, so when a gateway joins or dies
+   only its share moves. A gateway hands a partition it holds to the gateway it now
+   belongs to (release, and the other takes it on its next tick); the controller stays
+   where it is while its gateway lives (moving it would make every group rejoin).
+
+Taking a partition settles any write its previous leader left in part and reloads the
+partition's state (next offset, producer state, open transactions) from the store, so
+the new leader continues the dense offsets exactly (``Store.lead``).
+
+Fencing: a gateway writes a partition only while ``Store.leads`` says so: until its
+lease's end less ``margin`` by its own clock. A lease is taken over only once expired by
+the taker's clock, so the two never write at once as long as clock skew plus the longest
+stall of a write stays under the margin (a fifth of the lease: 2 s of the default 10 s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tmsgate.storage import Store, TopicId
+from tmsgate.storage.leases import Lease, LeaseTable
+
+log = logging.getLogger("tmsgate.cluster")
+
+RENEWALS_PER_LEASE = 5  # a tick every fifth of the lease: four ticks may fail in a row
+MARGIN_PARTS = 5  # stop acting a fifth of the lease before it ends
+GATEWAY = "gateway/"
+PARTITION = "partition/"
+CONTROLLER = "controller"
+PRODUCER_ID_BLOCKS = "counter/producer-id-blocks"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    node_id: int
+    lease_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.node_id < 2**31:
+            raise ValueError(f"--node-id must be 0..2147483647, not {self.node_id}")
+        if self.lease_ms < 100:
+            raise ValueError(f"--lease-ms must be at least 100, not {self.lease_ms}")
+
+    @property
+    def tick_s(self) -> float:
+        return self.lease_ms / RENEWALS_PER_LEASE / 1000
+
+    @property
+    def margin_ms(self) -> int:
+        return self.lease_ms // MARGIN_PARTS
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A live gateway as Metadata tells clients of it."""
+
+    node_id: int
+    host: str
+    port: int
+    http_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the last tick saw, replaced whole (the event loop reads it without locks)."""
+
+    nodes: dict[int, Node] = field(default_factory=dict)
+    leaders: dict[TopicId, int] = field(default_factory=dict)
+    controller: int | None = None
+
+
+def holder_name(node: Node) -> str:
+    """A lease holder naming this process incarnation and where clients reach it."""
+    http = node.http_url or "-"
+    return f"{node.node_id} {node.host}:{node.port} {http} {os.getpid()}.{time.time_ns()}"
+
+
+def node_of(holder: str) -> Node | None:
+    try:
+        node_id, address, http_url, _ = holder.split(" ")
+        host, port = address.rsplit(":", 1)
+        return Node(int(node_id), host, int(port), None if http_url == "-" else http_url)
+    except ValueError:
+        return None
+
+
+def rendezvous(key: str, nodes: list[int]) -> int | None:
+    """The node a key belongs to among ``nodes``: the highest hash of (key, node), so a
+    node joining or leaving moves only the keys it wins or held."""
+    if not nodes:
+        return None
+    return max(nodes, key=lambda n: hashlib.blake2b(f"{key}|{n}".encode(), digest_size=8).digest())
+
+
+class Cluster:
+    """This gateway's part in a cluster: its leases, and what it knows of the others.
+
+    ``on_controller(True|False)`` is called on the event loop when this gateway becomes or
+    stops being the controller (the group coordinator loads or drops its groups)."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: ClusterConfig,
+        namespace: str,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.namespace = namespace
+        self._clock = clock_ms or store.now_ms
+        self._leases: LeaseTable = store.lease_table(self._clock)
+        self._held: dict[str, Lease] = {}  # tick thread only
+        self._holder = ""
+        self.me = Node(config.node_id, "", 0)
+        self.view = View()
+        self.on_controller: Callable[[bool], None] = lambda _: None
+        self._tick_lock = threading.Lock()  # one tick at a time (the loop's, a test's)
+        self.ticks = 0
+        self.stopped = False
+
+    def announce(self, host: str, port: int, http_url: str | None) -> None:
+        """Where clients reach this gateway (known once its listeners are bound)."""
+        self.me = Node(self.config.node_id, host, port, http_url)
+        self._holder = holder_name(self.me)
+
+    # --- what handlers ask (event loop; no store calls) -------------------------------------
+    def leader(self, topic: TopicId) -> Node | None:
+        if self.store.leads(topic):
+            return self.me
+        view = self.view
+        node_id = view.leaders.get(topic)
+        return None if node_id is None else view.nodes.get(node_id)
+
+    def nodes(self) -> list[Node]:
+        view = self.view
+        nodes = dict(view.nodes)
+        nodes[self.me.node_id] = self.me
+        return sorted(nodes.values(), key=lambda n: n.node_id)
+
+    @property
+    def is_controller(self) -> bool:
+        lease = self._held.get(CONTROLLER)
+        return lease is not None and self._clock() < lease.act_until(self.config.margin_ms)
+
+    def controller(self) -> Node | None:
+        if self.is_controller:
+            return self.me
+        view = self.view
+        return None if view.controller is None else view.nodes.get(view.controller)
+
+    # --- producer ids -------------------------------------------------------------------------
+    def producer_id_block(self) -> int:
+        """A number no gateway of this store was given before (blocking)."""
+        return self._leases.next_number(PRODUCER_ID_BLOCKS)
+
+    # --- the tick -------------------------------------------------------------------------------
+    def tick(self) -> tuple[bool, bool]:
+        """One round of renewing, looking and taking (blocking: an I/O thread). -> (was
+        controller, is controller), for the caller to tell the event loop."""
+        with self._tick_lock:
+            if self.stopped:
+                return False, False
+            was = self.is_controller
+            self._tick()
+            self.ticks += 1
+            return was, self.is_controller
+
+    def _tick(self) -> None:
+        cfg = self.config
+        ttl = cfg.lease_ms
+        me = cfg.node_id
+        if not self._holder:
+            raise RuntimeError("announce() the gateway's address before the first tick")
+        self._keep(GATEWAY + str(me), None)  # this gateway is alive
+        now = self._clock()
+        leases = {lease.name: lease for lease in self._leases.all()}
+        nodes: dict[int, Node] = {}
+        for name, lease in leases.items():
+            if name.startswith(GATEWAY) and lease.held_at(now):
+                node = node_of(lease.holder)
+                if node is not None:
+                    nodes[node.node_id] = node
+        if GATEWAY + str(me) not in self._held:
+            nodes.pop(me, None)  # another process holds our node id: take nothing
+        live = sorted(nodes)
+        # The controller: kept while held; when free, the lowest live node id takes it.
+        if CONTROLLER in self._held:
+            self._keep(CONTROLLER, None)
+        elif live and live[0] == me and not _held(leases.get(CONTROLLER), now):
+            self._take(CONTROLLER, None, ttl)
+        # Partitions.
+        topics = [
+            md.topic
+            for md in self.store.refresh_topics()
+            if md.generation > 0 and md.topic.namespace == self.namespace
+        ]
+        for topic in topics:
+            name = PARTITION + str(topic)
+            owner = rendezvous(str(topic), live)
+            if name in self._held:
+                if owner is not None and owner != me:
+                    self._hand_over(name, topic)
+                else:
+                    self._keep(name, topic)
+            elif owner == me and not _held(leases.get(name), now):
+                self._take(name, topic, ttl)
+        known = set(topics)
+        for name in [n for n in self._held if n.startswith(PARTITION)]:
+            topic = _topic_of(name)
+            if topic not in known:  # deleted
+                self._hand_over(name, topic)
+        # What the others hold (our own are answered from the store: Cluster.leader).
+        holders = {leases[GATEWAY + str(n)].holder: n for n in nodes if GATEWAY + str(n) in leases}
+        leaders = {}
+        for name, lease in leases.items():
+            if name.startswith(PARTITION) and lease.held_at(now) and lease.holder in holders:
+                leaders[_topic_of(name)] = holders[lease.holder]
+        ctl = leases.get(CONTROLLER)
+        controller = holders.get(ctl.holder) if ctl is not None and ctl.held_at(now) else None
+        self.view = View(nodes, leaders, controller)
+
+    def _take(self, name: str, topic: TopicId | None, ttl: int) -> None:
+        lease = self._leases.acquire(name, self._holder, ttl)
+        if lease is None:
+            return  # someone was quicker
+        self._held[name] = lease
+        if topic is not None:
+            stats = self.store.lead(topic, lease.act_until(self.config.margin_ms))
+            log.info(
+                "leading %s (lease epoch %d)%s",
+                topic,
+                lease.epoch,
+                f"; settled a write left in part: {stats}" if any(stats.values()) else "",
+            )
+        else:
+            log.info("took lease %s (epoch %d)", name, lease.epoch)
+
+    def _keep(self, name: str, topic: TopicId | None) -> None:
+        lease = self._held.get(name)
+        renewed = None if lease is None else self._leases.renew(lease)
+        if renewed is None and name.startswith(GATEWAY):
+            renewed = self._leases.acquire(name, self._holder, self.config.lease_ms)
+            if renewed is None:
+                log.error("node id %s is in use by another live gateway", name[len(GATEWAY) :])
+        if renewed is None:
+            if lease is not None:
+                log.warning("lost lease %s (epoch %d): taken over", name, lease.epoch)
+            self._held.pop(name, None)
+            if topic is not None:
+                self.store.follow(topic)
+            return
+        self._held[name] = renewed
+        if topic is not None:
+            self.store.lead(topic, renewed.act_until(self.config.margin_ms))
+
+    def _hand_over(self, name: str, topic: TopicId) -> None:
+        self.store.follow(topic)  # first: no write of ours may land after the release
+        lease = self._held.pop(name)
+        self._leases.release(lease)
+        log.info("handed %s over", topic)
+
+    def stop(self, release: bool = True) -> None:
+        """Stop taking part: hand every lease back (``release``), so the others take over
+        at once instead of after the lease time; without, as a crash would leave them."""
+        with self._tick_lock:
+            self.stopped = True
+            for name, lease in list(self._held.items()):
+                if name.startswith(PARTITION):
+                    self.store.follow(_topic_of(name))
+                if release:
+                    try:
+                        self._leases.release(lease)
+                    except Exception as exc:  # the store may be failing: they expire anyway
+                        log.warning("releasing lease %s failed: %s", name, exc)
+            self._held.clear()
+
+
+def _held(lease: Lease | None, now_ms: int) -> bool:
+    return lease is not None and lease.held_at(now_ms)
+
+
+def _topic_of(lease_name: str) -> TopicId:
+    namespace, _, topic = lease_name[len(PARTITION) :].partition(":")
+    return TopicId(namespace, topic)

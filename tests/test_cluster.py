@@ -1,0 +1,371 @@
+"""Several gateways over one store (gateway/cluster.py), on the memory engine shared in
+this process: leases decide who writes each partition, a dead gateway's partitions are
+taken over once its leases run out, and the new leader continues exactly where the
+durable rows end (a write left in part is settled first).
+
+Time is the tests' own clock (the stores' and the leases'), moved by hand: no waiting.
+The end-to-end test with real clients over real sockets is at the end of this file; the
+same with separate processes killed with SIGKILL, on the HBase stand-in, is
+tests/faults/test_cluster_kill9.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from tmsgate.gateway.cluster import Cluster, ClusterConfig, node_of, rendezvous
+from tmsgate.storage import NotLeader, Store, TopicId
+from tmsgate.storage.backend import open_backend
+from tmsgate.storage.memory import BackendCrashed, Faults, drop
+
+LEASE_MS = 1000
+_names = itertools.count()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+@pytest.fixture
+def table() -> Iterator[str]:
+    name = f"cluster-{next(_names)}"
+    yield name
+    drop(name)
+
+
+class Gateway:
+    """A store and its cluster membership, as one `tmsgate serve --cluster` holds them."""
+
+    def __init__(self, table: str, node_id: int, clock: Clock) -> None:
+        self.backend = open_backend(f"memory://{table}")
+        self.store = Store(self.backend, clock=clock, shared=True)  # type: ignore[arg-type]
+        self.cluster = Cluster(self.store, ClusterConfig(node_id, LEASE_MS), "default")
+        self.cluster.announce("127.0.0.1", 9000 + node_id, None)
+
+    def tick(self) -> None:
+        self.cluster.tick()
+
+
+def topics(n: int, name: str = "t") -> list[TopicId]:
+    return [TopicId("default", name if p == 0 else f"{name}~{p}") for p in range(n)]
+
+
+def settle(gateways: list[Gateway], rounds: int = 3) -> None:
+    for _ in range(rounds):
+        for gw in gateways:
+            gw.tick()
+
+
+def test_each_partition_has_one_leader_and_the_load_is_shared(table: str) -> None:
+    clock = Clock()
+    gws = [Gateway(table, i, clock) for i in range(3)]
+    parts = topics(12)
+    for t in parts:
+        gws[0].store.create_topic(t)
+    settle(gws)
+    for t in parts:
+        assert sum(gw.store.leads(t) for gw in gws) == 1, t
+        leader = next(gw for gw in gws if gw.store.leads(t))
+        for gw in gws:  # everyone names the same leader
+            node = gw.cluster.leader(t)
+            assert node is not None and node.node_id == leader.cluster.config.node_id
+    assert all(any(gw.store.leads(t) for t in parts) for gw in gws)  # 12 over 3: each some
+    assert [n.node_id for n in gws[2].cluster.nodes()] == [0, 1, 2]
+    assert gws[0].cluster.is_controller  # the lowest live node id
+    assert not gws[1].cluster.is_controller and gws[1].cluster.controller().node_id == 0
+
+
+def test_a_non_leader_cannot_write(table: str) -> None:
+    clock = Clock()
+    a, b = Gateway(table, 0, clock), Gateway(table, 1, clock)
+    (t,) = topics(1)
+    a.store.create_topic(t)
+    settle([a, b])
+    leader, other = (a, b) if a.store.leads(t) else (b, a)
+    assert leader.store.publish(t, [b"x"]).base_offset == 0
+    with pytest.raises(NotLeader):
+        other.store.publish(t, [b"y"])
+
+
+def test_a_dead_gateways_partitions_are_taken_over_after_its_lease(table: str) -> None:
+    clock = Clock()
+    a, b = Gateway(table, 0, clock), Gateway(table, 1, clock)
+    parts = topics(6)
+    for t in parts:
+        a.store.create_topic(t)
+    settle([a, b])
+    a_parts = [t for t in parts if a.store.leads(t)]
+    assert a_parts and a.cluster.is_controller
+    for t in a_parts:
+        a.store.publish(t, [b"before-1", b"before-2"])
+    # a dies: it renews nothing from now on. Before its leases end, nobody takes over.
+    clock.advance(LEASE_MS // 2)
+    b.tick()
+    assert not any(b.store.leads(t) for t in a_parts)
+    # a itself stops writing a margin before its lease ends (its clock).
+    clock.advance(LEASE_MS // 2 - LEASE_MS // 5 + 1)
+    with pytest.raises(NotLeader):
+        a.store.publish(a_parts[0], [b"late"])
+    clock.advance(LEASE_MS // 5)
+    b.tick()  # a's registration has expired: its partitions are b's now, and the groups
+    b.tick()
+    assert all(b.store.leads(t) for t in parts) and b.cluster.is_controller
+    assert [n.node_id for n in b.cluster.nodes()] == [1]
+    for t in a_parts:  # the offsets go on where a's durable rows end
+        assert b.store.publish(t, [b"after"]).base_offset == 2
+        assert [m.payload for m in b.store.read(t, offset=0).messages] == [
+            b"before-1",
+            b"before-2",
+            b"after",
+        ]
+
+
+def test_a_write_left_in_part_is_settled_by_the_next_leader(table: str) -> None:
+    clock = Clock()
+    a, b = Gateway(table, 0, clock), Gateway(table, 1, clock)
+    (t,) = topics(1, "settled")
+    a.store.create_topic(t)
+    a.tick()  # a alone: it leads t
+    assert a.store.leads(t)
+    a.store.publish(t, [b"kept-0", b"kept-1"])
+    # a crashes in the middle of a write of 20 rows: some land, the rest never will.
+    a.backend.faults = Faults(shuffle=True, crash_after_rows=7)
+    with pytest.raises(BackendCrashed):
+        a.store.publish(t, [f"lost-{i}".encode() for i in range(20)])
+    clock.advance(LEASE_MS + 1)
+    b.tick()
+    b.tick()
+    assert b.store.leads(t)
+    # Nobody was told the 20 were written: none is visible, and offsets stay dense.
+    assert [m.payload for m in b.store.read(t, offset=0).messages] == [b"kept-0", b"kept-1"]
+    assert b.store.publish(t, [b"next"]).base_offset == 2
+
+
+def test_a_joining_gateway_gets_its_share_handed_over(table: str) -> None:
+    clock = Clock()
+    a = Gateway(table, 0, clock)
+    parts = topics(8)
+    for t in parts:
+        a.store.create_topic(t)
+    a.tick()
+    assert all(a.store.leads(t) for t in parts)
+    b = Gateway(table, 1, clock)
+    settle([b, a, b])
+    moved = [t for t in parts if b.store.leads(t)]
+    assert moved and all(not a.store.leads(t) for t in moved)
+    assert all(a.store.leads(t) or b.store.leads(t) for t in parts)
+    assert a.cluster.is_controller  # the controller stays while its gateway lives
+    # exactly the partitions rendezvous hashing gives node 1
+    assert moved == [t for t in parts if rendezvous(str(t), [0, 1]) == 1]
+
+
+def test_a_node_id_in_use_takes_nothing(table: str) -> None:
+    clock = Clock()
+    a = Gateway(table, 0, clock)
+    (t,) = topics(1)
+    a.store.create_topic(t)
+    a.tick()
+    twin = Gateway(table, 0, clock)  # a second process with the same --node-id
+    twin.tick()
+    assert a.store.leads(t) and not twin.store.leads(t) and not twin.cluster.is_controller
+
+
+def test_topics_made_by_another_gateway_are_seen(table: str) -> None:
+    clock = Clock()
+    a, b = Gateway(table, 0, clock), Gateway(table, 1, clock)
+    settle([a, b])
+    (t,) = topics(1, "made-by-a")
+    a.store.create_topic(t, {"ttl.ms": "5000"})
+    b.tick()
+    assert b.store.peek_topic(t) is not None
+    a.store.delete_topic(t)
+    b.tick()
+    md = b.store.peek_topic(t)
+    assert md is not None and md.generation < 0
+
+
+def test_producer_id_blocks_are_never_handed_out_twice(table: str) -> None:
+    clock = Clock()
+    gws = [Gateway(table, i, clock) for i in range(3)]
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def take(gw: Gateway) -> None:
+        for _ in range(50):
+            n = gw.cluster.producer_id_block()
+            with lock:
+                got.append(n)
+
+    threads = [threading.Thread(target=take, args=(gw,)) for gw in gws]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(got) == list(range(1, 151))
+
+
+def test_holder_names_carry_the_address() -> None:
+    node = node_of("3 10.0.0.7:9092 http://10.0.0.7:8080 4711.1700000000")
+    assert node is not None and (node.node_id, node.host, node.port) == (3, "10.0.0.7", 9092)
+    assert node.http_url == "http://10.0.0.7:8080"
+    ipv6 = node_of("4 ::1:9093 - 1.2")
+    assert ipv6 is not None and (ipv6.host, ipv6.port, ipv6.http_url) == ("::1", 9093, None)
+    assert node_of("garbage") is None
+
+
+# --- end to end: three gateways, real clients ------------------------------------------------
+
+
+def test_three_gateways_with_real_clients_survive_a_dead_leader(table: str) -> None:
+    """Three gateways in this process on one memory:// store, a confluent-kafka idempotent
+    producer and a consumer group under load; the leader of partition 0 dies (its leases
+    are left to run out, its sockets close). Nothing acknowledged is lost, nothing is
+    stored twice, offsets stay dense, and the group goes on consuming."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from gateway_harness import GatewayThread
+    from tmsgate.gateway.kafka import GatewayConfig
+
+    lease_ms = 1500
+    gws = [
+        GatewayThread(
+            f"memory://{table}", GatewayConfig(node_id=i), cluster=ClusterConfig(i, lease_ms)
+        ).start()
+        for i in range(3)
+    ]
+    stopped: set[int] = set()
+    try:
+        boot = ",".join(gw.bootstrap for gw in gws)
+        admin = AdminClient({"bootstrap.servers": boot})
+        for f in admin.create_topics([NewTopic("e2e", 6, 1)]).values():
+            f.result(30)
+        leaders = _leaders(admin, "e2e", 6)
+        acked: dict[bytes, tuple[int, int]] = {}
+        failed: list[str] = []
+
+        def delivered(err: object, msg: object) -> None:
+            if err is not None:
+                failed.append(str(err))
+            else:
+                acked[msg.value()] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
+
+        producer = Producer(
+            {
+                "bootstrap.servers": boot,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 60000,
+            }
+        )
+        consumed: dict[bytes, int] = {}
+        stop_consumer = threading.Event()
+
+        def consume() -> None:
+            c = Consumer(
+                {
+                    "bootstrap.servers": boot,
+                    "group.id": "e2e-group",
+                    "auto.offset.reset": "earliest",
+                    "session.timeout.ms": 6000,
+                }
+            )
+            c.subscribe(["e2e"])
+            try:
+                while not stop_consumer.is_set():
+                    m = c.poll(0.2)
+                    if m is not None and m.error() is None:
+                        consumed[m.value()] = consumed.get(m.value(), 0) + 1
+            finally:
+                c.close()
+
+        consumer = threading.Thread(target=consume, daemon=True)
+        consumer.start()
+        seq = itertools.count()
+
+        def produce(n: int) -> None:
+            for _ in range(n):
+                i = next(seq)
+                producer.produce(
+                    "e2e", key=str(i).encode(), value=f"v{i:06d}".encode(), on_delivery=delivered
+                )
+                producer.poll(0)
+            producer.flush(60)
+
+        produce(600)
+        assert len(acked) == 600 and not failed
+        victim = leaders[0]  # the gateway leading partition 0 dies
+        gws[victim].call(gws[victim].services.cluster.stop, False)  # leases left to expire
+        gws[victim].stop()
+        stopped.add(victim)
+        produce(600)  # waits out the lease on the dead gateway's partitions
+        assert not failed, failed[:5]
+        assert len(acked) == 1200
+        # Every acknowledged record once, at its offset; every partition dense.
+        survivors = [gw for i, gw in enumerate(gws) if i not in stopped]
+        boot2 = ",".join(gw.bootstrap for gw in survivors)
+        stored = _read_all(boot2, "e2e", 6)
+        for p, values in stored.items():
+            assert sorted(values) == list(range(len(values))), f"partition {p} not dense"
+        where = {v: (p, o) for p, values in stored.items() for o, v in values.items()}
+        assert len(where) == sum(len(v) for v in stored.values()), "a value stored twice"
+        assert {v: where.get(v) for v in acked} == acked
+        assert set(_leaders(AdminClient({"bootstrap.servers": boot2}), "e2e", 6).values()) <= {
+            i for i in range(3) if i not in stopped
+        }
+        deadline = time.monotonic() + 60
+        while set(acked) - set(consumed) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stop_consumer.set()
+        consumer.join(30)
+        assert not set(acked) - set(consumed), "the group did not get every record"
+    finally:
+        for i, gw in enumerate(gws):
+            if i not in stopped:
+                gw.stop()
+
+
+def _leaders(admin: object, topic: str, partitions: int) -> dict[int, int]:
+    deadline = time.monotonic() + 30
+    while True:
+        md = admin.list_topics(topic, timeout=10)  # type: ignore[attr-defined]
+        parts = md.topics[topic].partitions
+        leaders = {p: parts[p].leader for p in parts}
+        if len(leaders) == partitions and all(v >= 0 for v in leaders.values()):
+            return leaders
+        assert time.monotonic() < deadline, f"partitions without a leader: {leaders}"
+        time.sleep(0.1)
+
+
+def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, dict[int, bytes]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "e2e-reader"})
+    out: dict[int, dict[int, bytes]] = {}
+    try:
+        for p in range(partitions):
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            assert low == 0
+            c.assign([TopicPartition(topic, p, 0)])
+            got: dict[int, bytes] = {}
+            deadline = time.monotonic() + 30
+            while len(got) < high and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None and m.error() is None:
+                    assert m.offset() not in got
+                    got[m.offset()] = m.value()
+            out[p] = got
+    finally:
+        c.close()
+    return out
