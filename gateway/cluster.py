@@ -140,6 +140,8 @@ class Cluster:
         self.on_controller: Callable[[bool], None] = lambda _: None
         self._tick_lock = threading.Lock()  # one tick at a time (the loop's, a test's)
         self.ticks = 0
+        self.failed_ticks = 0  # rounds that failed (the store unreachable): counted by caller
+        self.takeovers = 0  # partitions taken (from nobody or from a gateway gone)
         self.stopped = False
 
     def announce(self, host: str, port: int, http_url: str | None) -> None:
@@ -171,6 +173,17 @@ class Cluster:
             return self.me
         view = self.view
         return None if view.controller is None else view.nodes.get(view.controller)
+
+    def stats(self) -> dict[str, float]:
+        """For the metrics: what this gateway leads and sees, now."""
+        held = list(self._held)
+        return {
+            "partitions_led": sum(1 for n in held if n.startswith(PARTITION)),
+            "controller": float(self.is_controller),
+            "gateways": len(self.view.nodes),
+            "takeovers": self.takeovers,
+            "failed_rounds": self.failed_ticks,
+        }
 
     # --- producer ids -------------------------------------------------------------------------
     def producer_id_block(self) -> int:
@@ -249,6 +262,7 @@ class Cluster:
             return  # someone was quicker
         self._held[name] = lease
         if topic is not None:
+            self.takeovers += 1
             stats = self.store.lead(topic, lease.act_until(self.config.margin_ms))
             log.info(
                 "leading %s (lease epoch %d)%s",

@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 from tmsgate.storage import Store, open_store
 
 from . import faults
@@ -134,7 +134,8 @@ class Services:
             self.cluster.announce(
                 self.broker.advertised_host, self.broker.advertised_port, self.broker.http_url
             )
-            await self._lease_round()
+            self._watch_cluster()
+            await self.lease_round()
             self._leases = loop.create_task(self._keep_leases())
 
     async def stop(self, grace_s: float) -> None:
@@ -151,7 +152,22 @@ class Services:
             await self.run(self.cluster.stop)
 
     # --- several gateways -------------------------------------------------------------------
-    async def _lease_round(self) -> None:
+    def _watch_cluster(self) -> None:
+        cluster = self.cluster
+        assert cluster is not None
+        gauges = {
+            "partitions_led": "Partitions this gateway leads (holds the lease of)",
+            "controller": "1 while this gateway is the controller (coordinates the groups)",
+            "gateways": "Live gateways on this store, as the last lease round saw them",
+            "takeovers": "Partitions this gateway took the lease of since it started",
+            "failed_rounds": "Lease rounds that failed (the store did not answer)",
+        }
+        for key, doc in gauges.items():
+            gauge = Gauge(f"tmsgate_cluster_{key}", doc, registry=self.registry)
+            gauge.set_function(lambda key=key: float(cluster.stats()[key]))
+
+    async def lease_round(self) -> None:
+        """Renew, look and take once (every fifth of the lease; tests call it to hurry)."""
         assert self.cluster is not None
         was, now = await self.run(self.cluster.tick)
         if was != now:
@@ -168,8 +184,9 @@ class Services:
         while True:
             await asyncio.sleep(self.cluster.config.tick_s)
             try:
-                await self._lease_round()
+                await self.lease_round()
             except Exception as exc:  # the store failing: leases run out, others take over
+                self.cluster.failed_ticks += 1
                 log.warning("renewing leases failed: %s", exc)
 
     def close(self) -> None:

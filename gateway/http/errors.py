@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -22,7 +22,10 @@ from tmsgate.gateway.errors import (
     is_unexpected,
 )
 from tmsgate.protocol.tms_http import JSON_CONTENT_TYPE, BodyError, Codec, codec_for, media_type
-from tmsgate.storage import TopicId
+from tmsgate.storage import NotLeader, TopicId
+
+if TYPE_CHECKING:
+    from tmsgate.gateway.cluster import Cluster
 
 log = logging.getLogger("tmsgate.http")
 
@@ -55,8 +58,13 @@ def error_of(exc: Exception) -> HttpError:
     return http_error(exc)
 
 
-def error_response(exc: Exception, request: Request) -> Response:
+def error_response(exc: Exception, request: Request, cluster: Cluster | None = None) -> Response:
     err = error_of(exc)
+    if isinstance(exc, NotLeader) and cluster is not None and isinstance(exc.topic, TopicId):
+        # Several gateways: say where to write instead (the leader's HTTP URL, if known).
+        leader = cluster.leader(exc.topic)
+        if leader is not None:
+            err.extra.update(leaderNodeId=leader.node_id, leaderUrl=leader.http_url)
     if is_unexpected(exc) and not isinstance(exc, HttpProblem | BodyError | ClientDisconnect):
         # A bug: the client gets a 500 with the exception's text, the log its traceback.
         log.error("%s %s failed: %r", request.method, request.url.path, exc, exc_info=exc)
