@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import keys
-from .backend import Backend
 from .errors import InvalidTransaction
 from .ids import Entry, MessageId, PublishResult, RollbackDetail, TopicId
+from .tables import Tables
 from .topics import OpenTxRow, TopicState
 from .writer import Batch
 
@@ -30,11 +30,11 @@ Item = bytes | Entry
 class RowAppender:
     def __init__(
         self,
-        backend: Backend,
+        tables: Tables,
         clock: Callable[[], int],
         on_visible: Callable[[TopicState, int], None],
     ) -> None:
-        self._backend = backend
+        self._tables = tables
         self._clock = clock
         self._on_visible = on_visible
         # Write pointer -> the topics with rows of it in the MessageTable: the topics whose
@@ -137,15 +137,14 @@ class RowAppender:
         self.tx_topics.setdefault(wp, set()).add(st.topic)
 
     def check_unreferenced(self, st: TopicState, wp: int) -> None:
-        marker = self._backend.get(st.referenced_prefix + _U64.pack(wp))
-        if wp in st.published_refs or marker is not None:
+        if wp in st.published_refs or self._tables.metadata.is_published(st, wp):
             st.published_refs.add(wp)
             raise InvalidTransaction(f"payloads of write pointer {wp} were already published")
 
     def is_referenced(self, st: TopicState, wp: int) -> bool:
         if wp in st.published_refs:
             return True
-        if self._backend.get(st.referenced_prefix + _U64.pack(wp)) is not None:
+        if self._tables.metadata.is_published(st, wp):
             st.published_refs.add(wp)
             return True
         return False
@@ -202,10 +201,5 @@ class RowAppender:
         """[rows, last write_ts, last pseq] of a write pointer's PayloadTable rows."""
         stored = st.stored.get(wp)
         if stored is None:
-            prefix = st.payload_prefix + _U64.pack(wp)
-            count, last = 0, (0, -1)
-            for key, _ in self._backend.scan(prefix, keys.prefix_end(prefix)):
-                count += 1
-                last = keys.PAYLOAD_ROW.unpack_from(key, len(prefix))
-            stored = st.stored[wp] = [count, *last]
+            stored = st.stored[wp] = list(self._tables.payloads.summary(st, wp))
         return stored

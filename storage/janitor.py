@@ -27,6 +27,7 @@ from . import keys, reader
 from .backend import Backend, Mutation
 from .errors import StorageError, TopicNotFound
 from .ids import TopicId, TopicMetadata
+from .tables import Tables
 from .topics import TopicState
 from .transactions import TransactionManager
 
@@ -46,7 +47,8 @@ FULL_DISK_INTERVAL_S = 5.0
 class Housekeeping:
     """What cleanup works with, handed over by the Store."""
 
-    backend: Backend
+    backend: Backend  # for collect_garbage; rows are read through ``tables``
+    tables: Tables
     write: Callable[[list[Mutation]], Future[Any]]  # the store's writer: durable, in order
     topic_state: Callable[[TopicId], TopicState]  # TopicNotFound once deleted
     all_topics: Callable[[], list[TopicMetadata]]  # every generation, deleted ones too
@@ -103,17 +105,9 @@ def run_cleanup(house: Housekeeping) -> dict[str, int]:
 
 
 def _clean_topic(house: Housekeeping, md: TopicMetadata) -> int:
-    backend = house.backend
-    deleted = 0
-    for table in (keys.MESSAGE, keys.PAYLOAD, keys.REFERENCED, keys.OPEN_TX):
-        # Only generations at or below the one read here: the topic may have been deleted
-        # and re-created since, and a newer generation's rows must not be touched.
-        whole = keys.all_generations_prefix(table, md.topic)
-        if md.generation > 0:
-            stop = keys.data_prefix(table, md.topic, md.generation)  # older ones only
-        else:
-            stop = keys.prefix_end(keys.data_prefix(table, md.topic, -md.generation))
-        deleted += _delete_keys(house, (k for k, _ in backend.scan(whole, stop)))
+    # Only generations at or below the one read here: the topic may have been deleted and
+    # re-created since, and a newer generation's rows must not be touched.
+    deleted = _delete_keys(house, house.tables.old_generation_keys(md.topic, md.generation))
     if md.generation > 0:
         deleted += _forget_finished_tx_rows(house, md)
         if md.ttl_ms is not None:
@@ -124,19 +118,13 @@ def _clean_topic(house: Housekeeping, md: TopicMetadata) -> int:
 def _forget_finished_tx_rows(house: Housekeeping, md: TopicMetadata) -> int:
     """Markers of transactional rows whose transaction has ended are no longer needed."""
     st = house.topic_state(md.topic)
-    n = len(st.open_tx_prefix)
-    return _delete_keys(
-        house,
-        (
-            k
-            for k, _ in house.backend.scan(st.open_tx_prefix, keys.prefix_end(st.open_tx_prefix))
-            if not house.transactions.is_in_progress(keys.OPEN_TX_SUFFIX.unpack_from(k, n)[0])
-        ),
-    )
+    markers = house.tables.metadata.open_tx_markers(st)
+    in_progress = house.transactions.is_in_progress
+    return _delete_keys(house, (k for k, wp, _ in markers if not in_progress(wp)))
 
 
 def _expire(house: Housekeeping, md: TopicMetadata) -> int:
-    backend = house.backend
+    messages, payloads = house.tables.messages, house.tables.payloads
     st = house.topic_state(md.topic)
     if st.metadata.generation != md.generation:
         return 0  # re-created meanwhile: the next pass sees the new generation
@@ -150,7 +138,7 @@ def _expire(house: Housekeeping, md: TopicMetadata) -> int:
     if cutoff <= 0:
         return 0
     stop = st.msg_prefix + keys.MESSAGE_SUFFIX.pack(cutoff, 0)
-    if next(backend.scan(stop, keys.prefix_end(st.msg_prefix)), None) is None:
+    if next(messages.topic_rows(st, stop), None) is None:
         # Every row is expiring: remember where offsets and time stand before they go.
         checkpoint = {
             "generation": md.generation,
@@ -161,21 +149,20 @@ def _expire(house: Housekeeping, md: TopicMetadata) -> int:
         house.write([(keys.checkpoint_key(md.topic), json.dumps(checkpoint).encode())]).result()
 
     def doomed() -> Iterator[bytes]:
-        for key, value in backend.scan(st.msg_prefix, stop):
+        for key, value in messages.rows(st.msg_prefix, stop):
             flags, _, _, wp, *_ = keys.decode_row(value)
             if wp is not None and not flags & (keys.F_PAYLOAD | keys.F_NULL):
-                ref = st.payload_prefix + keys.U64.pack(abs(wp))
-                yield from (k for k, _ in backend.scan(ref, keys.prefix_end(ref)))
+                yield from (k for k, _ in payloads.rows(st, abs(wp)))
                 yield st.referenced_prefix + keys.U64.pack(abs(wp))
             yield key
         # Payloads of invalid transactions that were never published are garbage once past
         # the TTL; published ones go with their MessageTable row above.
         for wp in house.transactions.invalid():
-            if backend.get(st.referenced_prefix + keys.U64.pack(wp)) is not None:
+            if house.tables.metadata.is_published(st, wp):
                 continue
-            ref = st.payload_prefix + keys.U64.pack(wp)
-            for k, _ in backend.scan(ref, keys.prefix_end(ref)):
-                if keys.PAYLOAD_ROW.unpack_from(k, len(ref))[0] < cutoff:
+            skip = len(payloads.prefix(st, wp))
+            for k, _ in payloads.rows(st, wp):
+                if keys.PAYLOAD_ROW.unpack_from(k, skip)[0] < cutoff:
                     yield k
 
     return _delete_keys(house, doomed())

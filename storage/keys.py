@@ -28,6 +28,9 @@ TX = b"X"
 STATE = b"S"
 INTENT = b"I"  # I | topic: the rows a write in flight appends to the topic (intents.py)
 LEASE = b"L"  # L | name: a lease with its fencing epoch (leases.py); never deleted
+TX_LAST_WP = TX + b"w"  # the last write pointer handed out
+TX_IN_PROGRESS = TX + b"p"  # X p | wp -> expiry (epoch ms)
+TX_INVALID = TX + b"i"  # X i | wp
 
 GENERATION = struct.Struct(">i")
 MESSAGE_SUFFIX = struct.Struct(">QH")  # publish_ts, seq

@@ -40,10 +40,10 @@ from .ids import (
 )
 from .janitor import Housekeeping, Janitor, run_cleanup
 from .leases import LeaseTable
+from .tables import Tables
 from .topics import (
     OpenTxRow,
     TopicState,
-    decode_metadata,
     encode_metadata,
     load_state,
     new_metadata,
@@ -107,6 +107,9 @@ class Store:
         refused with NotLeader until then), and settling intents, reloading state and
         caching metadata are each limited to what this process may know is current."""
         self._backend = backend
+        # The MessageTable, PayloadTable and MetadataTable over the backend (tables.py):
+        # what the store reads through; it writes through its writer's batches.
+        self.tables = Tables(backend)
         self._shared = shared
         # Shared: the topics this process leads, each until a time by the store's clock
         # (its lease's end less a margin: gateway/cluster.py). Changed under _lock; a
@@ -126,12 +129,13 @@ class Store:
         if not shared:  # shared: each topic's as its leader takes it (lead)
             intents.settle(backend)  # writes a crash left in part, before anything reads
         self._writer = Writer(backend, on_failure=self._reload)
-        self._rows = RowAppender(backend, self._clock, self._made_visible)
+        self._rows = RowAppender(self.tables, self._clock, self._made_visible)
         self.transactions = TransactionManager(
-            backend, self._writer.mutate, self._clock, on_finish=self._tx_finished
+            self.tables.metadata, self._writer.mutate, self._clock, on_finish=self._tx_finished
         )
         self._housekeeping = Housekeeping(
             backend=backend,
+            tables=self.tables,
             write=self._writer.mutate,
             topic_state=self._state,
             all_topics=self.all_topic_metadata,
@@ -275,21 +279,11 @@ class Store:
 
     def list_topics(self, namespace: str) -> list[TopicId]:
         self._check_open()
-        prefix = keys.namespace_meta_prefix(namespace)
-        out = []
-        for key, raw in self._backend.scan(prefix, keys.prefix_end(prefix)):
-            t = keys.topic_from_meta_key(key)
-            if decode_metadata(t, raw).generation > 0:
-                out.append(t)
-        return out
+        return [md.topic for md in self.tables.metadata.topics(namespace) if md.generation > 0]
 
     def all_topic_metadata(self) -> list[TopicMetadata]:
         """Every topic record in every namespace, deleted generations included."""
-        prefix = keys.TOPIC
-        return [
-            decode_metadata(keys.topic_from_meta_key(k), v)
-            for k, v in self._backend.scan(prefix, keys.prefix_end(prefix))
-        ]
+        return self.tables.metadata.topics()
 
     # --- several gateways (shared=True) ---------------------------------------------------
     def lead(self, topic: TopicId, until_ms: int) -> dict[str, int]:
@@ -306,12 +300,12 @@ class Store:
                 self._led[topic] = until_ms
             return {}
         stats = intents.settle(self._backend, [topic])
-        raw = self._backend.get(keys.topic_meta_key(topic))
+        md = self.tables.metadata.topic(topic)
         with self._lock:
-            if raw is None:
+            if md is None:
                 self._metadata.pop(topic, None)
             else:
-                self._metadata[topic] = decode_metadata(topic, raw)
+                self._metadata[topic] = md
             self._states.pop(topic, None)
             self._led[topic] = until_ms
             self._leadership_changes += 1
@@ -521,8 +515,7 @@ class Store:
                 raise TransactionNotInProgress(wp, self.transactions.state(wp))
             if self._rows.is_referenced(st, wp):
                 return 0
-            prefix = st.payload_prefix + _U64.pack(wp)
-            doomed = [(key, None) for key, _ in self._backend.scan(prefix, keys.prefix_end(prefix))]
+            doomed = [(key, None) for key, _ in self.tables.payloads.rows(st, wp)]
             batch.mutations.extend(doomed)
             st.stored.pop(wp, None)
             return len(doomed)
@@ -611,13 +604,13 @@ class Store:
 
         def op(batch: Batch) -> int:
             st = self._leading(topic)
-            prefix = st.payload_prefix + _U64.pack(wp)
+            payloads = self.tables.payloads
             doomed: list[bytes] = []
-            low = prefix
-            for start, end in ranges:
-                doomed += [k for k, _ in self._backend.scan(low, prefix + start)]
-                low = prefix + end + b"\x00"
-            doomed += [k for k, _ in self._backend.scan(low, keys.prefix_end(prefix))]
+            low = b""
+            for start, end in ranges:  # the rows between the kept ranges
+                doomed += payloads.keys_between(st, wp, low, start)
+                low = end + b"\x00"
+            doomed += payloads.keys_between(st, wp, low, None)
             # Gone before the reference lands (``first``): it counts the rows it finds.
             batch.first.extend((key, None) for key in doomed)
             if self._rows.is_referenced(st, wp):
@@ -661,7 +654,7 @@ class Store:
             stop = st.msg_prefix + _SUFFIX.pack(detail.end_ts, detail.end_seq) + b"\x00"
             changed = 0
             bases = set()
-            for key, value in self._backend.scan(start, stop):
+            for key, value in self.tables.messages.rows(start, stop):
                 _, base, _, row_wp, *_ = keys.decode_row(value)
                 if row_wp == wp:
                     batch.mutations.append((key, keys.negate_write_pointer(value)))
@@ -852,7 +845,7 @@ class Store:
     # --- small durable state (groups, producers, ...) -------------------------------------
     def get_state(self, area: str, key: str) -> bytes | None:
         self._check_open()
-        return self._backend.get(keys.state_key(area, key))
+        return self.tables.metadata.state(area, key)
 
     def put_state(self, area: str, key: str, value: bytes | None) -> None:
         self.put_states({(area, key): value})
@@ -869,11 +862,7 @@ class Store:
 
     def scan_state(self, area: str, prefix: str = "") -> list[tuple[str, bytes]]:
         self._check_open()
-        start = keys.state_prefix(area, prefix)
-        skip = len(keys.state_prefix(area))
-        return [
-            (k[skip:].decode(), v) for k, v in self._backend.scan(start, keys.prefix_end(start))
-        ]
+        return self.tables.metadata.states(area, prefix)
 
     # --- housekeeping ---------------------------------------------------------------------
     def cleanup(self) -> dict[str, int]:
@@ -943,8 +932,7 @@ class Store:
             md = self._metadata.get(topic)
             if md is not None or (topic in self._metadata and not self._shared):
                 return md
-            raw = self._backend.get(keys.topic_meta_key(topic))
-            md = decode_metadata(topic, raw) if raw else None
+            md = self.tables.metadata.topic(topic)
             if md is not None or not self._shared:  # shared: another gateway may create it
                 self._metadata[topic] = md
             return md
@@ -970,7 +958,7 @@ class Store:
             st = self._states.get(topic)
             if st is None:
                 md = self._require(topic)
-                st = load_state(self._backend, md, self.transactions.is_in_progress)
+                st = load_state(self.tables, md, self.transactions.is_in_progress)
                 if st.open_tx_rows:
                     st.open_tx_rows = self._still_open(st)
                 if self._shared and topic not in self._led:
@@ -990,13 +978,12 @@ class Store:
         for row in st.open_tx_rows:
             bases.setdefault(row.write_pointer, []).append(row.base_offset)
         kept = []
-        end = keys.prefix_end(st.msg_prefix)
         for row in st.open_tx_rows:
             wp, base = row.write_pointer, row.base_offset
             later = [b for b in bases[wp] if b > base]
             stop = min(later, default=st.next_offset)  # where the next publish of wp starts
             scan = reader.start_for_offset(self._backend, st, base)
-            for _, value in self._backend.scan(scan.key, end):
+            for _, value in self.tables.messages.topic_rows(st, scan.key):
                 _, row_base, count, row_wp, *_ = keys.decode_row(value)
                 if row_base >= stop:
                     break
@@ -1019,7 +1006,7 @@ class Store:
         with self._lock:
             self._metadata.clear()
             self._states.clear()
-        self.transactions.reload(self._backend)
+        self.transactions.reload(self.tables.metadata)
 
 
 def _write_pointer(tx: TxArg) -> int | None:

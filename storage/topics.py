@@ -7,11 +7,14 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import keys
-from .backend import Backend
 from .errors import InvalidTopicProperties
 from .ids import TopicId, TopicMetadata
+
+if TYPE_CHECKING:
+    from .tables import Tables
 
 
 def validate_properties(props: dict[str, str] | None) -> dict[str, str]:
@@ -105,9 +108,7 @@ class TopicState:
         return self.metadata.ttl_ms
 
 
-def load_state(
-    backend: Backend, md: TopicMetadata, in_progress: Callable[[int], bool]
-) -> TopicState:
+def load_state(tables: Tables, md: TopicMetadata, in_progress: Callable[[int], bool]) -> TopicState:
     """Rebuild a topic's writer state from its last row (and the janitor's checkpoint)."""
     t, gen = md.topic, md.generation
     st = TopicState(
@@ -118,25 +119,21 @@ def load_state(
         open_tx_prefix=keys.data_prefix(keys.OPEN_TX, t, gen),
         intent_key=keys.intent_key(t),
     )
-    raw = backend.get(keys.checkpoint_key(t))
-    if raw:
-        doc = json.loads(raw)
-        if doc.get("generation") == gen:
-            st.next_offset = doc["next_offset"]
-            st.last_ts, st.last_seq = doc["last_ts"], doc["last_seq"]
-    plen = len(st.msg_prefix)
-    for key, value in backend.scan(st.msg_prefix, keys.prefix_end(st.msg_prefix), reverse=True):
-        ts, seq = keys.MESSAGE_SUFFIX.unpack_from(key, plen)
+    doc = tables.metadata.checkpoint(t)
+    if doc and doc.get("generation") == gen:
+        st.next_offset = doc["next_offset"]
+        st.last_ts, st.last_seq = doc["last_ts"], doc["last_seq"]
+    last = tables.messages.last_row(st)
+    if last is not None:
+        key, value = last
+        ts, seq = keys.MESSAGE_SUFFIX.unpack_from(key, len(st.msg_prefix))
         _, base, count, *_ = keys.decode_row(value)
         if (ts, seq) > (st.last_ts, st.last_seq):
             st.last_ts, st.last_seq = ts, seq
         st.next_offset = max(st.next_offset, base + count)
-        break
     # Transactional rows whose transaction may still be in progress bound the last
     # stable offset; each has a marker, so finding them needs no clock assumptions.
-    olen = len(st.open_tx_prefix)
-    for key, _ in backend.scan(st.open_tx_prefix, keys.prefix_end(st.open_tx_prefix)):
-        wp, base = keys.OPEN_TX_SUFFIX.unpack_from(key, olen)
+    for _, wp, base in tables.metadata.open_tx_markers(st):
         if in_progress(wp):
             st.open_tx_rows.append(OpenTxRow(base, wp))
     st.visible_offset = st.next_offset

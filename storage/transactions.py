@@ -14,18 +14,21 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from .backend import Backend
+from . import keys
 from .errors import TransactionNotInProgress
-from .keys import TX, U64, prefix_end
+from .keys import U64
+
+if TYPE_CHECKING:
+    from .tables import MetadataTable
 
 T = TypeVar("T")
 # Tephra: write pointers are milliseconds times a million, so they carry their start time.
 TX_PER_MS = 1_000_000
-_LAST_WP = TX + b"w"
-_IN_PROGRESS = TX + b"p"
-_INVALID = TX + b"i"
+_LAST_WP = keys.TX_LAST_WP
+_IN_PROGRESS = keys.TX_IN_PROGRESS
+_INVALID = keys.TX_INVALID
 # How many ended transactions are remembered by how they ended (in memory only), so that
 # state() can tell "aborted" from "invalid" and a commit's double from an unknown pointer.
 _REMEMBER_ENDED = 100_000
@@ -68,7 +71,7 @@ class Transaction:
 class TransactionManager:
     def __init__(
         self,
-        backend: Backend,
+        metadata: MetadataTable,
         persist: Callable[..., Future[object]],
         clock_ms: Callable[[], int],
         on_finish: Callable[[int], None] | None = None,
@@ -89,19 +92,11 @@ class TransactionManager:
         # transaction no longer times out and cannot be aborted, only committed.
         self._decided: set[int] = set()
         self._ended: OrderedDict[int, str] = OrderedDict()  # recent: write pointer -> how
-        self.reload(backend)
+        self.reload(metadata)
 
-    def reload(self, backend: Backend) -> None:
+    def reload(self, metadata: MetadataTable) -> None:
         with self._lock:
-            raw = backend.get(_LAST_WP)
-            self._last_wp = U64.unpack(raw)[0] if raw else 0
-            self._in_progress = {
-                U64.unpack_from(k, 2)[0]: U64.unpack(v)[0]
-                for k, v in backend.scan(_IN_PROGRESS, prefix_end(_IN_PROGRESS))
-            }
-            self._invalid = {
-                U64.unpack_from(k, 2)[0] for k, _ in backend.scan(_INVALID, prefix_end(_INVALID))
-            }
+            self._last_wp, self._in_progress, self._invalid = metadata.transaction_state()
             # A write that landed in part (the backend is atomic per row only): invalid
             # was written before in-progress was deleted, so invalid wins; and the last
             # pointer is never below one in use, or a restart could hand it out again.
