@@ -178,6 +178,9 @@ class Services:
             self.broker.groups = GroupCoordinator(self.broker, self.broker.groups.config)
             if now:
                 await self.broker.groups.ready()
+                # Partition changes a crash cut short (create, grow, delete, configs) are
+                # finished by one gateway: the controller.
+                await self.broker.topics.repair()
 
     async def _keep_leases(self) -> None:
         assert self.cluster is not None

@@ -138,7 +138,7 @@ class Store:
             tables=self.tables,
             write=self._writer.mutate,
             topic_state=self._state,
-            all_topics=self.all_topic_metadata,
+            all_topics=self._topics_to_clean,
             transactions=self.transactions,
             clock=self._clock,
             writes_refused=lambda: self.writes_refused,
@@ -942,6 +942,14 @@ class Store:
         if md is None or md.generation <= 0:
             raise TopicNotFound(topic)
         return md
+
+    def _topics_to_clean(self) -> list[TopicMetadata]:
+        """What the janitor cleans: every topic; with a shared store, the live topics this
+        process leads (their leader alone writes their checkpoints) and deleted ones."""
+        found = self.all_topic_metadata()
+        if not self._shared:
+            return found
+        return [md for md in found if md.generation <= 0 or md.topic in self._led]
 
     def _leading(self, topic: TopicId) -> TopicState:
         """The state of a topic this process is about to write (on the writer thread):

@@ -131,6 +131,20 @@ def test_a_dead_gateways_partitions_are_taken_over_after_its_lease(table: str) -
         ]
 
 
+def test_a_gateway_that_stops_hands_everything_over_at_once(table: str) -> None:
+    clock = Clock()
+    a, b = Gateway(table, 0, clock), Gateway(table, 1, clock)
+    parts = topics(6)
+    for t in parts:
+        a.store.create_topic(t)
+    settle([a, b])
+    assert any(a.store.leads(t) for t in parts) and a.cluster.is_controller
+    a.cluster.stop()  # SIGTERM: the leases are released, not left to run out
+    assert not any(a.store.leads(t) for t in parts)
+    b.tick()  # no time passes
+    assert all(b.store.leads(t) for t in parts) and b.cluster.is_controller
+
+
 def test_a_write_left_in_part_is_settled_by_the_next_leader(table: str) -> None:
     clock = Clock()
     a, b = Gateway(table, 0, clock), Gateway(table, 1, clock)
