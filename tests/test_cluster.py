@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 from tmsgate.gateway.cluster import Cluster, ClusterConfig, node_of, rendezvous
-from tmsgate.storage import NotLeader, Store, TopicId
+from tmsgate.storage import NotLeader, Store, TopicId, keys
 from tmsgate.storage.backend import open_backend
 from tmsgate.storage.memory import BackendCrashed, Faults, drop
 
@@ -182,6 +182,28 @@ def test_a_joining_gateway_gets_its_share_handed_over(table: str) -> None:
     assert a.cluster.is_controller  # the controller stays while its gateway lives
     # exactly the partitions rendezvous hashing gives node 1
     assert moved == [t for t in parts if rendezvous(str(t), [0, 1]) == 1]
+
+
+def test_each_janitor_cleans_only_the_topics_its_gateway_leads(table: str) -> None:
+    clock = Clock()
+    a, b = Gateway(table, 0, clock), Gateway(table, 1, clock)
+    parts = topics(4, "ttl")
+    for t in parts:
+        a.store.create_topic(t, {"ttl": "1"})  # one second
+    settle([a, b])
+    a_led = {t for t in parts if a.store.leads(t)}
+    assert a_led and a_led != set(parts)
+    for t in parts:
+        (a if t in a_led else b).store.publish(t, [b"old"])
+    clock.advance(10_000)  # the rows expire (and the leases with them: no tick since)
+    deleted = a.store.cleanup()["rows_deleted"]
+    assert deleted == len(a_led)  # a's rows only: b's topics are b's janitor's
+
+    def rows(t: TopicId) -> int:
+        prefix = keys.data_prefix(keys.MESSAGE, t, 1)
+        return sum(1 for _ in a.backend.scan(prefix, keys.prefix_end(prefix)))
+
+    assert {t: rows(t) for t in parts} == {t: 0 if t in a_led else 1 for t in parts}
 
 
 def test_a_node_id_in_use_takes_nothing(table: str) -> None:
