@@ -115,7 +115,7 @@ class Store:
         # (its lease's end less a margin: gateway/cluster.py). Changed under _lock; a
         # single get needs none.
         self._led: dict[TopicId, int] = {}
-        self._leadership_changes = 0
+        self._lead_epochs: dict[TopicId, int] = {}  # see lead_epoch
         self._clock = clock or wall_clock_ms
         self._lock = threading.RLock()
         self._metadata: dict[TopicId, TopicMetadata | None] = {}
@@ -308,22 +308,23 @@ class Store:
                 self._metadata[topic] = md
             self._states.pop(topic, None)
             self._led[topic] = until_ms
-            self._leadership_changes += 1
+            self._lead_epochs[topic] = self._lead_epochs.get(topic, 0) + 1
         return stats
 
     def follow(self, topic: TopicId) -> None:
         """Stop writing ``topic`` (its lease is handed over or lost): writes raise NotLeader
         from now on, and what this process knew of it is forgotten."""
         with self._lock:
-            self._led.pop(topic, None)
+            if self._led.pop(topic, None) is not None:
+                self._lead_epochs[topic] = self._lead_epochs.get(topic, 0) + 1
             self._states.pop(topic, None)
-            self._leadership_changes += 1
 
-    @property
-    def leadership_changes(self) -> int:
-        """Topics taken or given up so far (shared store): views of state kept outside the
-        store (the gateway's producer states) are dropped when it changes."""
-        return self._leadership_changes
+    def lead_epoch(self, topic: TopicId) -> int:
+        """How often this process took or gave up ``topic`` (0 unless the store is shared):
+        a view of the topic's state kept outside the store (the gateway's idempotent
+        producer states) is stale once this changed, since another gateway may have
+        written meanwhile. Per topic: a change of one topic leaves the others' views."""
+        return self._lead_epochs.get(topic, 0)
 
     def leads(self, topic: TopicId) -> bool:
         """May this process write ``topic`` now (always, unless the store is shared)."""

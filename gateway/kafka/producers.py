@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tmsgate.protocol import ErrorCode, ProducedBatch
-from tmsgate.storage import PublishResult, StateConflict
+from tmsgate.storage import PublishResult, StateConflict, TopicId
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -62,6 +62,9 @@ class BatchRecord:
 class ProducerEntry:
     epoch: int = NO_EPOCH
     batches: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=KEEP_BATCHES))
+    # The store's lead_epoch of the topic when this was read (not stored): with several
+    # gateways, a view read before this gateway took the topic is stale.
+    lead_epoch: int = field(default=0, compare=False)
 
     @property
     def last_seq(self) -> int:
@@ -142,8 +145,6 @@ class ProducerStates:
         self._entries: OrderedDict[str, ProducerEntry] = OrderedDict()
         self._persisted: dict[str, ProducerEntry] = {}  # writer thread only
         self._failures_seen = 0  # writer thread only
-        self._changes_seen = 0  # the store's leadership changes the views are of (loop)
-        self._persisted_changes_seen = 0  # the same, writer thread
         self._ids_lock = asyncio.Lock()
         self._next_id = 0
         self._id_limit = 0
@@ -172,23 +173,27 @@ class ProducerStates:
             self._next_id += 1
             return pid
 
-    async def entry(self, key: str) -> ProducerEntry:
-        changes = self._broker.store.leadership_changes
-        if changes != self._changes_seen:  # another gateway may have written meanwhile
-            self._changes_seen = changes
-            self._entries.clear()
+    async def entry(self, key: str, topic: TopicId) -> ProducerEntry:
+        """``key``'s state (``key(info, ...)``; ``topic``: ``info.id``)."""
+        store = self._broker.store
+        lead = store.lead_epoch(topic)
         entry = self._entries.get(key)
-        if entry is not None:
+        if entry is not None and entry.lead_epoch == lead:
             self._entries.move_to_end(key)
             return entry
-        raw = await self._broker.run(self._broker.store.get_state, STATE_AREA, key)
+        raw = await self._broker.run(store.get_state, STATE_AREA, key)
         # Another request may have loaded it while we waited: keep the first copy.
-        entry = self._entries.setdefault(key, decode_entry(raw))
+        current = self._entries.get(key)
+        if current is not None and current.lead_epoch == store.lead_epoch(topic):
+            return current
+        entry = decode_entry(raw)
+        entry.lead_epoch = lead  # read after ``lead``: a later change reloads it again
+        self._entries[key] = entry
         self._evict()
         return entry
 
     def record(
-        self, key: str, entry: ProducerEntry, batch: ProducedBatch
+        self, key: str, entry: ProducerEntry, batch: ProducedBatch, topic: TopicId
     ) -> tuple[BatchRecord, Callable[[PublishResult], dict[tuple[str, str], bytes | None]]]:
         """Accept the batch into the state; -> its record and the store's state callable."""
         if batch.producer_epoch != entry.epoch:
@@ -212,12 +217,11 @@ class ProducerStates:
             if self._failures_seen != store.write_failures:
                 self._persisted.clear()  # a failed write: views may hold phantom batches
                 self._failures_seen = store.write_failures
-            if self._persisted_changes_seen != store.leadership_changes:
-                self._persisted.clear()  # a partition led elsewhere meanwhile
-                self._persisted_changes_seen = store.leadership_changes
+            lead = store.lead_epoch(topic)
             view = self._persisted.get(key)
-            if view is None:
+            if view is None or view.lead_epoch != lead:  # new, or led elsewhere meanwhile
                 view = self._persisted[key] = decode_entry(store.get_state(STATE_AREA, key))
+                view.lead_epoch = lead
             if epoch != view.epoch:
                 if view.epoch != NO_EPOCH and epoch < view.epoch:
                     raise StateConflict(f"producer epoch {epoch} was fenced by {view.epoch}")

@@ -110,7 +110,7 @@ async def _prepare(
     state = rec = key = None
     if batch.is_idempotent:
         key = broker.producers.key(info, batch.producer_id)
-        entry = await broker.producers.entry(key)
+        entry = await broker.producers.entry(key, info.id)
         # No await from here to publish_async: the check and the submit must not
         # interleave with another request of the same producer.
         verdict = check(entry, batch)
@@ -118,7 +118,7 @@ async def _prepare(
             return asyncio.ensure_future(_duplicate(verdict.duplicate, log_append))
         if verdict.error:
             return _fail(verdict.error, verdict.message or verdict.error.name)
-        rec, state = broker.producers.record(key, entry, batch)
+        rec, state = broker.producers.record(key, entry, batch, info.id)
     try:
         fut = broker.store.publish_async(info.id, entries, tx=wp, state=state)
     except Exception as exc:
@@ -253,7 +253,7 @@ async def _prepare_transactional(
     except TxnError as exc:
         return _fail(exc.code, str(exc))
     key = broker.producers.key(info, batch.producer_id)
-    entry = await broker.producers.entry(key)
+    entry = await broker.producers.entry(key, info.id)
     # No await from here to store_async: EndTxn must not come between the check that the
     # transaction is open and the write (it would not count these records).
     try:
@@ -267,7 +267,7 @@ async def _prepare_transactional(
         return asyncio.ensure_future(_duplicate(verdict.duplicate, False))
     if verdict.error:
         return _fail(verdict.error, verdict.message or verdict.error.name)
-    rec, _durable_state = broker.producers.record(key, entry, batch)  # kept in memory only
+    rec, _durable_state = broker.producers.record(key, entry, batch, info.id)  # memory only
     try:
         fut = broker.store.store_async(info.id, entries, wp)
     except Exception as exc:
