@@ -261,17 +261,18 @@ class Cluster:
         if lease is None:
             return  # someone was quicker
         self._held[name] = lease
-        if topic is not None:
-            self.takeovers += 1
-            stats = self.store.lead(topic, lease.act_until(self.config.margin_ms))
-            log.info(
-                "leading %s (lease epoch %d)%s",
-                topic,
-                lease.epoch,
-                f"; settled a write left in part: {stats}" if any(stats.values()) else "",
-            )
-        else:
+        if topic is None:  # the controller's rows (groups) are ours to write from now on
+            self.store.sync_clock()
             log.info("took lease %s (epoch %d)", name, lease.epoch)
+            return
+        self.takeovers += 1
+        stats = self.store.lead(topic, lease.act_until(self.config.margin_ms))
+        log.info(
+            "leading %s (lease epoch %d)%s",
+            topic,
+            lease.epoch,
+            f"; settled a write left in part: {stats}" if any(stats.values()) else "",
+        )
 
     def _keep(self, name: str, topic: TopicId | None) -> None:
         lease = self._held.get(name)

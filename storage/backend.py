@@ -59,6 +59,14 @@ class Backend(Protocol):
     def collect_garbage(self) -> dict[str, int]:
         """Reclaim space the backend holds for deleted rows (the janitor calls this)."""
 
+    def sync_clock(self) -> None:
+        """Order this process's later writes after every write any process sharing the
+        store made so far, row by row. For engines whose cell versions come from each
+        process's clock (hbase: a put stamped below an earlier one of another process is
+        hidden by it); a no-op where one process owns the store or writes are ordered
+        anyway. Called when a row's writer changes: a partition or the groups taken over
+        (gateway/cluster.py)."""
+
     def close(self) -> None: ...
 
     # A backend on a local disk also has ``space``, a ``space.SpaceGuard``: the Store asks

@@ -326,6 +326,9 @@ class LevelDBBackend:
             if value is not None:
                 yield start, (value[1:] if value[0] != TAG_POINTER else read(value))
 
+    def sync_clock(self) -> None:
+        pass  # one process owns a LevelDB store
+
     def collect_garbage(self) -> dict[str, int]:
         """Delete value-log segments that no row points into any more, moving the few
         live values of mostly dead segments first. Moving takes space before deleting the

@@ -229,6 +229,9 @@ class MemoryBackend:
     def collect_garbage(self) -> dict[str, int]:
         return {}
 
+    def sync_clock(self) -> None:
+        pass  # rows carry no versions: the last write wins
+
     def close(self) -> None:
         pass
 

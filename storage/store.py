@@ -299,6 +299,9 @@ class Store:
             with self._lock:
                 self._led[topic] = until_ms
             return {}
+        # After everything the previous leader wrote: its intent row, producer state and
+        # checkpoint are rewritten now, and must not hide behind its newer cell versions.
+        self._backend.sync_clock()
         stats = intents.settle(self._backend, [topic])
         md = self.tables.metadata.topic(topic)
         with self._lock:
@@ -860,6 +863,11 @@ class Store:
         order (the writer is first in, first out)."""
         self._check_open()
         return self._writer.mutate(_state_mutations(updates))
+
+    def sync_clock(self) -> None:
+        """Order this process's later writes after every earlier write to the store by any
+        process (Backend.sync_clock): when it takes over a role (the groups)."""
+        self._backend.sync_clock()
 
     def scan_state(self, area: str, prefix: str = "") -> list[tuple[str, bytes]]:
         self._check_open()
