@@ -1,7 +1,9 @@
 """Store publish and poll on each storage engine: LevelDB, memory://, and hbase:// against
 the Thrift 1 stand-in (tests/hbase_standin.py; not HBase: an in-process Python server, so
 its figures show the cost of the engine's round trips and of writing in phases without
-multi-row atomicity, not HBase's speed).
+multi-row atomicity, not HBase's speed). ``read_1_at_random_offset`` reads one message at
+each of ``messages / 100`` random offsets: an offset search (reader.start_for_offset; on
+hbase:// the engine's seek_offset) and a read of one row, per message.
 
     .venv/bin/python bench/engines_bench.py [--runs 3] [--engines leveldb,memory,hbase]
         [--messages 100000] [--hbase-messages 20000] [--tree /path/to/other/checkout]
@@ -17,6 +19,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -133,6 +136,16 @@ def measure(engine: str, messages: int, size: int) -> dict[str, float]:
                 return n
 
             out["poll_1000"] = timed(poll_all)
+            end = store.offsets(topic)[1]
+            rng = random.Random(7)
+            lookups = [rng.randrange(end) for _ in range(max(50, messages // 100))]
+
+            def read_at_random_offsets() -> int:
+                for offset in lookups:
+                    store.read(topic, offset=offset, max_messages=1)
+                return len(lookups)
+
+            out["read_1_at_random_offset"] = timed(read_at_random_offsets)
         finally:
             store.close()
     return out

@@ -83,15 +83,28 @@ server-side scanner is held while the caller holds the iterator. Chunks start sm
 (a probe for one row costs little) and grow. The first chunk of every bucket is fetched
 in parallel.
 
+Finding a Kafka offset (``seek_offset``; reader.start_for_offset uses it when a backend
+has it): reader.py's search probes "the first row at or after a key" some 15 to 40 times,
+and here each such probe would be a scan of every bucket (3 Thrift calls per bucket). A
+bucket's rows are a sample of the topic's, in key order, so the engine runs that search
+over one bucket's rows (one scanner per probe, reading a few rows' ``d:o`` cells only),
+then one merged scan of the buckets between the two rows of the bucket that enclose the
+offset. The rows found are kept as hints (a sparse base offset -> row key map per topic,
+bounded), verified by a get before use, since rows go (TTL, topic deletion, a settled
+partial write whose offsets later rows took). The row found is read whole, and the
+reader starts its read with it. docs/hbase.md has the figures.
+
 Thrift calls used: getTableNames, createTable, getColumnDescriptors, checkAndPut (the
-engine row; check_and_put), getRowWithColumns, mutateRowTs, mutateRowsTs,
-scannerOpenWithScan, scannerGetList, scannerClose. HBase >= 0.98 (reversed scans);
+engine row; check_and_put), getRowWithColumns, getRowsWithColumns (checking offset
+hints), mutateRowTs, mutateRowsTs, scannerOpenWithScan (with ``columns`` for the offset
+search), scannerGetList, scannerClose. HBase >= 0.98 (reversed scans);
 HBase 1.x and 2.x Thrift 1 servers (``hbase thrift start``, default threadpool server:
 buffered transport, binary protocol).
 
 ``snapshot`` and ``disk_reserve_bytes`` are ignored (no lock on HBase, no local disk);
-``collect_garbage`` returns {} (HBase compacts by itself). Not built yet: several
-gateways on one prefix (leases.py has the leases, but nothing fences a second writer yet).
+``collect_garbage`` returns {} (HBase compacts by itself). Several gateways on one prefix
+(``serve --cluster``, gateway/cluster.py) take turns per partition by lease; a taker calls
+``sync_clock`` first, so its cells are newer than the previous leader's.
 """
 
 from __future__ import annotations
@@ -108,11 +121,12 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import happybase
 import Hbase_thrift  # the module happybase loads from the Hbase.thrift it ships
+from sortedcontainers import SortedDict
 from thriftpy2.thrift import TApplicationException, TException
 from thriftpy2.transport import TTransportException
 
@@ -163,9 +177,15 @@ LAYOUT = b"1"
 CLOCK_RESERVE_MS = 10_000
 
 SCAN_FIRST_ROWS = 4  # a probe for the first row of a range fetches little
+PROBE_ROWS = 8  # rows an offset search probe reads (d:o cells only): one may end the search
 SCAN_GROWTH = 8
 SCAN_MAX_ROWS = 256  # rows per scanner (a Thrift 1 scan cannot bound bytes)
 WRITE_MAX_ROWS = 1000  # rows per mutateRowsTs call
+# The offset search's hints (seek_offset): rows remembered per MessageTable prefix, and
+# prefixes (topic generations) remembered at once, the least recently used going first.
+# A row takes about 220 bytes: at most ~30 MB.
+HINTS_PER_PREFIX = 512
+HINT_PREFIXES = 256
 WRITE_MAX_BYTES = 8 << 20
 
 _PREFIX_RE = re.compile(r"^(?:[A-Za-z0-9_]+:)?[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -207,6 +227,7 @@ class HBaseBackend:
         self._executor_lock = threading.Lock()
         self.tables = {t: f"{prefix}_{name}".encode() for t, name in SALTED_TABLES.items()}
         self.metadata_table = f"{prefix}_{METADATA_TABLE}".encode()
+        self._hints = _OffsetHints()
         try:
             # Connects one connection at once, so a wrong address fails here.
             self._pool = happybase.ConnectionPool(
@@ -520,30 +541,39 @@ class HBaseBackend:
     ) -> Iterator[tuple[bytes, bytes]]:
         """Keys [lo, hi) of one salted table: a scanner range per bucket, merged."""
         table = self.tables[table_byte]
-        ranges = []
-        for bucket in range(self.salt_buckets):
-            salt = bytes((bucket,))
-            row_lo = salt + lo[1:]
-            if hi[:1] == table_byte:
-                row_hi: bytes | None = salt + hi[1:]
-            else:  # the table's end: the bucket's end
-                row_hi = bytes((bucket + 1,)) if bucket < 255 else None
-            ranges.append((row_lo, row_hi))
-        fetch = functools.partial(self._fetch, table, reverse=reverse, n=SCAN_FIRST_ROWS)
+        buckets = range(self.salt_buckets)
+        merged = self._merged(table, table_byte, buckets, lo, hi, reverse, None)
+        for result in merged:
+            value = _value(result.columns)
+            if value is not None:
+                yield table_byte + result.row[1:], value
+
+    def _merged(
+        self,
+        table: bytes,
+        table_byte: bytes,
+        buckets: Sequence[int],
+        lo: bytes,
+        hi: bytes,
+        reverse: bool,
+        columns: list[bytes] | None,
+    ) -> Iterator[Any]:
+        """The rows of store keys [lo, hi) in ``buckets`` of one salted table, merged into
+        key order: the first chunk of every bucket fetched in parallel, then lazily."""
+        ranges = [_bucket_range(table_byte, b, lo, hi) for b in buckets]
+        fetch = functools.partial(
+            self._fetch, table, reverse=reverse, n=SCAN_FIRST_ROWS, columns=columns
+        )
         if len(ranges) == 1:
             firsts = [fetch(*ranges[0])]
         else:
             futures = [self._pool_executor().submit(fetch, *r) for r in ranges]
             firsts = [f.result() for f in futures]
         streams = [
-            self._stream(table, row_lo, row_hi, reverse, first)
+            self._stream(table, row_lo, row_hi, reverse, first, columns)
             for (row_lo, row_hi), first in zip(ranges, firsts, strict=True)
         ]
-        merged = heapq.merge(*streams, key=_unsalted, reverse=reverse)
-        for result in merged:
-            value = _value(result.columns)
-            if value is not None:
-                yield table_byte + result.row[1:], value
+        return heapq.merge(*streams, key=_unsalted, reverse=reverse)
 
     def _stream(
         self,
@@ -552,6 +582,7 @@ class HBaseBackend:
         hi: bytes | None,
         reverse: bool,
         first: tuple[list[Any], bool],
+        columns: list[bytes] | None = None,
     ) -> Iterator[Any]:
         """The rows of [lo, hi) (hi None: to the table's end) in order, chunk by chunk,
         starting with an already fetched chunk."""
@@ -566,23 +597,34 @@ class HBaseBackend:
                 hi = rows[-1].row
             else:
                 lo = rows[-1].row + b"\x00"  # the next possible row key
-            rows, done = self._fetch(table, lo, hi, reverse, n)
+            rows, done = self._fetch(table, lo, hi, reverse, n, columns)
 
     def _fetch(
-        self, table: bytes, lo: bytes, hi: bytes | None, reverse: bool, n: int
+        self,
+        table: bytes,
+        lo: bytes,
+        hi: bytes | None,
+        reverse: bool,
+        n: int,
+        columns: list[bytes] | None = None,
     ) -> tuple[list[Any], bool]:
         """Up to ``n`` rows of [lo, hi) nearest the scan's start, and whether the range
-        holds no more. A reversed HBase scan includes its start row and excludes its stop
-        row, the opposite of [lo, hi): it starts at ``hi`` (dropped if there), and stops
-        just below ``lo`` (rows below ``lo`` dropped)."""
+        holds no more (``columns``: only those cells, and only rows having one). A
+        reversed HBase scan includes its start row and excludes its stop row, the
+        opposite of [lo, hi): it starts at ``hi`` (dropped if there), and stops just
+        below ``lo`` (rows below ``lo`` dropped)."""
         if reverse:
             want = n + 1  # the row at ``hi`` may come first, and is not ours
             scan = Hbase_thrift.TScan(
-                startRow=hi or b"", stopRow=_below(lo), caching=want, reversed=True
+                startRow=hi or b"",
+                stopRow=_below(lo),
+                caching=want,
+                reversed=True,
+                columns=columns,
             )
         else:
             want = n
-            scan = Hbase_thrift.TScan(startRow=lo, stopRow=hi, caching=want)
+            scan = Hbase_thrift.TScan(startRow=lo, stopRow=hi, caching=want, columns=columns)
 
         def run(conn: Any) -> list[Any]:
             client = conn.client
@@ -617,7 +659,203 @@ class HBaseBackend:
                 )
             return self._executor
 
+    # --- the offset search (reader.start_for_offset) ------------------------------------
+    def seek_offset(self, prefix: bytes, offset: int) -> tuple[bytes, bytes | None] | None:
+        """The MessageTable row of ``prefix`` (a topic generation's message keys) holding
+        ``offset``: the last row whose base offset is at most ``offset`` (its key, and its
+        value as read now, None if it went meanwhile), or None if no row starts at or
+        below it. reader.start_for_offset's search, without a salted scan per probe.
+
+        Base offsets grow with row keys (the store appends), so the rows of one salt
+        bucket, a sample of the topic's, are searched as reader.start_for_offset searches
+        all rows (interpolation, every other probe halving), each probe one scanner on
+        one bucket reading PROBE_ROWS rows' ``d:o`` cells. That leaves the target between
+        two consecutive rows of the bucket (or two rows a few offsets apart); one merged
+        scan of the buckets over that range (about ``salt_buckets`` rows, ``d:o`` only)
+        finds it.
+
+        The rows found are remembered (_OffsetHints) as hints, never as facts: rows go
+        (TTL, topic deletion, a partial write settled and its offsets given to later
+        rows), so a hint is used only once a read shows its row there with the same base
+        and count. A hint row holding the offset is the answer (one get); others bound
+        the search (one getRowsWithColumns of their ``d:o`` cells)."""
+        if self._closed:
+            raise BackendError(f"{self.url}: seek_offset refused: the backend is closed")
+        if prefix[:1] != keys.MESSAGE:
+            raise ValueError(f"seek_offset searches MessageTable keys, not {prefix[:1]!r}")
+        table = self.tables[keys.MESSAGE]
+        lo: _HeadRow | None = None
+        hi: _HeadRow | None = None
+        for _ in range(3):  # a stale hint is dropped and the next one tried
+            lo, hi = self._hints.bracket(prefix, offset)
+            if lo is None or lo.base + lo.count <= offset:
+                lo, hi = self._verified(table, prefix, lo, hi)
+                break
+            value = self._get_value(table, lo.key)
+            if _holds(value, lo):
+                self._hints.note(prefix, [lo])  # used: kept longer
+                return lo.key, value
+            self._hints.forget(prefix, lo)
+        else:
+            lo = hi = None
+        found = self._search_buckets(table, prefix, offset, lo, hi)
+        if found is None:
+            return None
+        return found.key, self._get_value(table, found.key)
+
+    def _search_buckets(
+        self,
+        table: bytes,
+        prefix: bytes,
+        offset: int,
+        lo: _HeadRow | None,
+        hi: _HeadRow | None,
+    ) -> _HeadRow | None:
+        """seek_offset between verified rows ``lo`` (base <= offset; None: from the topic's
+        first key) and ``hi`` (base > offset; None: past the topic's last row)."""
+        plen = len(prefix)
+        lo_key = prefix if lo is None else lo.key
+        hi_key = keys.prefix_end(prefix) if hi is None else hi.key
+        buckets = self.salt_buckets
+        bucket = zlib.crc32(prefix) % buckets  # the searched bucket; spreads topics
+        # Rows holding at most this many offsets between two known rows (so at most this
+        # many rows) are read by one merged scan rather than searched for.
+        near = 2 * buckets
+
+        def probe(start: bytes, stop: bytes, reverse: bool, n: int) -> tuple[list[_HeadRow], bool]:
+            """The bucket's first (last) ``n`` rows in [start, stop), in key order, and
+            whether that is all of them: one scanner, ``d:o`` cells only."""
+            row_lo, row_hi = _bucket_range(keys.MESSAGE, bucket, start, stop)
+            rows, done = self._fetch(table, row_lo, row_hi, reverse, n, [_HEAD])
+            heads = [_head_row(r) for r in rows]
+            return (heads[::-1] if reverse else heads), done
+
+        # ``low`` starts at or below the offset, ``upper`` above it (None: not known; a
+        # merged scan then runs from the range's start or to its end). ``gapless``: the
+        # bucket has no row between them, so the merged scan skips the bucket.
+        low, upper, gapless = lo, hi, False
+        if low is None or upper is None:
+            # Without a hint, the bucket's first or last row in the range is an end of
+            # the search, as the topic's are in reader.py.
+            ends = [r for r, known in ((False, low), (True, upper)) if known is None]
+            if len(ends) == 2 and buckets > 1:
+                executor = self._pool_executor()
+                futures = [executor.submit(probe, lo_key, hi_key, r, 1) for r in ends]
+                fetched = dict(zip(ends, (f.result()[0] for f in futures), strict=True))
+            else:
+                fetched = {r: probe(lo_key, hi_key, r, 1)[0] for r in ends}
+            first, last = fetched.get(False), fetched.get(True)
+            if first == [] or last == []:
+                gapless = True  # no row of the bucket in the range
+            elif first and first[0].base > offset:
+                upper, gapless = first[0], True  # none of the bucket before it
+            elif last and last[0].base <= offset:
+                low, gapless = last[0], True  # none of the bucket after it
+            else:
+                low, upper = low or first[0], upper or last[0]  # type: ignore[index]
+        if not gapless and low is not None and upper is not None:
+            # reader.start_for_offset's loop, over the bucket's rows. Invariant: the
+            # bucket has no row in [hi_i, upper) (keys as integers). It ends when the
+            # bucket has no row between ``low`` and ``upper`` (hi_i == lo_i + 1, or the
+            # probes show it), or when few offsets (so few rows) lie between them.
+            lo_i, lo_base = _key_int(low.key, plen), low.base
+            hi_i, hi_base = _key_int(upper.key, plen), upper.base
+            n = 0
+            while not gapless and hi_i - lo_i > 1 and upper.base - low.base > near:
+                if n % 2 == 0 and hi_base > lo_base:
+                    guess = lo_i + (offset - lo_base) * (hi_i - lo_i) // (hi_base - lo_base)
+                else:
+                    guess = (lo_i + hi_i) // 2
+                guess = min(max(guess, lo_i + 1), hi_i - 1)
+                n += 1
+                key = prefix + _int_key(guess)
+                rows, done = probe(key, prefix + _int_key(hi_i), False, PROBE_ROWS)
+                if not rows:
+                    # None in [guess, hi): the bucket's last rows below the guess instead
+                    # (key gaps, a pause or the seq numbers a millisecond left unused,
+                    # would take a halving each).
+                    hi_i = guess
+                    rows, done = probe(prefix + _int_key(lo_i + 1), key, True, PROBE_ROWS)
+                    if not rows:
+                        gapless = True  # no row of the bucket in (low, hi)
+                    elif rows[-1].base <= offset:
+                        low, gapless = rows[-1], True  # none of the bucket after it
+                    elif rows[0].base <= offset:
+                        i = next(i for i, r in enumerate(rows) if r.base > offset)
+                        low, upper, gapless = rows[i - 1], rows[i], True  # consecutive
+                    else:
+                        upper, hi_i, hi_base = rows[0], _key_int(rows[0].key, plen), rows[0].base
+                        gapless = done  # and no more of the bucket down to ``low``
+                    continue
+                below = [r for r in rows if r.base <= offset]  # rows from the guess on
+                if len(below) < len(rows):  # read a row above the offset
+                    if below:  # and the one before it: consecutive rows of the bucket
+                        low, upper, gapless = below[-1], rows[len(below)], True
+                    else:
+                        upper, hi_i, hi_base = rows[0], guess, rows[0].base
+                else:
+                    low, lo_i, lo_base = below[-1], _key_int(below[-1].key, plen), below[-1].base
+                    gapless = done  # and no more of the bucket up to hi_i
+            gapless = gapless or hi_i - lo_i <= 1
+        # The target is ``low`` or a row of the merged scan between ``low`` and ``upper``
+        # (none if ``low`` holds the offset: every later row starts above it).
+        best, above = low, upper
+        scanned = [b for b in range(buckets) if b != bucket or not gapless]
+        if scanned and (best is None or best.base + best.count <= offset):
+            span = (lo_key if low is None else low.key, hi_key if upper is None else upper.key)
+            for result in self._merged(table, keys.MESSAGE, scanned, *span, False, [_HEAD]):
+                row = _head_row(result)
+                if row.base > offset:
+                    above = row
+                    break
+                best = row
+        # Hints: the row found (the offset may be named again, or another offset of the
+        # row), the row after it, and the hints used (kept longer); not every row probed.
+        self._hints.note(prefix, [r for r in (lo, hi, best, above) if r is not None])
+        return best
+
+    def _verified(
+        self, table: bytes, prefix: bytes, lo: _HeadRow | None, hi: _HeadRow | None
+    ) -> tuple[_HeadRow | None, _HeadRow | None]:
+        """Hint rows ``lo`` and ``hi`` if they are still there with the same head (one
+        getRowsWithColumns of their ``d:o`` cells); a stale one is forgotten."""
+        hints = [h for h in (lo, hi) if h is not None]
+        if not hints:
+            return None, None
+        rows = [self._salt(h.key) + h.key[1:] for h in hints]
+        results = self._call(
+            "verify offset hints",
+            lambda conn: conn.client.getRowsWithColumns(table, rows, [_HEAD], {}),
+        )
+        heads = {keys.MESSAGE + r.row[1:]: _head_row(r) for r in results if _HEAD in r.columns}
+        for h in hints:
+            if heads.get(h.key) != h:
+                self._hints.forget(prefix, h)
+        lo = lo if lo is not None and heads.get(lo.key) == lo else None
+        hi = hi if hi is not None and heads.get(hi.key) == hi else None
+        if lo is not None and hi is not None and lo.key >= hi.key:
+            return None, None  # not in key order: no hint is better than a wrong one
+        return lo, hi
+
+    def _get_value(self, table: bytes, key: bytes) -> bytes | None:
+        row = self._salt(key) + key[1:]
+        rows = self._call("get", lambda conn: conn.client.getRowWithColumns(table, row, None, {}))
+        return _value(rows[0].columns) if rows else None
+
     # --- the rest ------------------------------------------------------------------------
+    def sync_clock(self) -> None:
+        """Backend.sync_clock. Every process's cell timestamps stay below the bound it
+        reserved, and ``d:clock``'s newest cell is the highest bound any process reserved:
+        from just below it, this process's later cells are newer than every cell written
+        so far (by its own clock, another gateway's cell could be the newer one, and hide
+        a rewrite of the same row: a taken-over partition's intent and producer-state
+        rows). Costs one read, and moves this process's clock up to CLOCK_RESERVE_MS
+        ahead: for when a row changes writer (a takeover), not for every write."""
+        clock = self._engine_row().get(_CLOCK_COL)
+        bound = int(clock) if clock else 0
+        with self._clock_lock:
+            self._last_ts = max(self._last_ts, bound - 1)
+
     def collect_garbage(self) -> dict[str, int]:
         return {}  # HBase drops deleted cells at major compaction by itself
 
@@ -643,6 +881,108 @@ class HBaseBackend:
 
     def __repr__(self) -> str:
         return f"HBaseBackend({self.url}, salt_buckets={self.salt_buckets})"
+
+
+class _HeadRow(NamedTuple):
+    """A MessageTable row as the offset search sees it: its store key and ``d:o``."""
+
+    key: bytes
+    base: int
+    count: int
+
+
+def _head_row(result: Any) -> _HeadRow:
+    _, base, count = keys.ROW_HEAD.unpack(result.columns[_HEAD].value)
+    return _HeadRow(keys.MESSAGE + result.row[1:], base, count)
+
+
+def _holds(value: bytes | None, row: _HeadRow) -> bool:
+    """Whether ``value`` is a row with ``row``'s base offset and count."""
+    if value is None or len(value) < keys.ROW_HEAD.size:
+        return False
+    return keys.ROW_HEAD.unpack_from(value)[1:] == (row.base, row.count)
+
+
+def _key_int(key: bytes, plen: int) -> int:
+    """A message key as an integer (publish_ts << 16 | seq), as reader.py counts them."""
+    ts, seq = keys.MESSAGE_SUFFIX.unpack_from(key, plen)
+    return ts << 16 | seq
+
+
+def _int_key(value: int) -> bytes:
+    return keys.MESSAGE_SUFFIX.pack(value >> 16, value & 0xFFFF)
+
+
+class _OffsetHints:
+    """MessageTable rows seen by seek_offset, per key prefix (topic generation): base
+    offset -> (key, count), sparse and bounded. Hints only (seek_offset verifies them).
+
+    A prefix keeps at most ``per_prefix`` rows, and at most ``prefixes`` prefixes are
+    kept; the least recently noted row (or prefix) goes first. seek_offset notes again
+    the hints it uses, so an offset named again and again (a log start, a group's
+    committed offset) stays a hint."""
+
+    def __init__(self, per_prefix: int = HINTS_PER_PREFIX, prefixes: int = HINT_PREFIXES):
+        self._per_prefix = per_prefix
+        self._prefixes = prefixes
+        self._lock = threading.Lock()
+        # prefix -> (base -> (key, count), and the bases from least to most recently noted)
+        self._rows: dict[bytes, tuple[SortedDict, dict[int, None]]] = {}
+
+    def _prefix(self, prefix: bytes, create: bool) -> tuple[SortedDict, dict[int, None]] | None:
+        """The prefix's rows, made the most recently used (the caller holds the lock)."""
+        known = self._rows.pop(prefix, None)
+        if known is None:
+            if not create:
+                return None
+            while len(self._rows) >= self._prefixes:
+                del self._rows[next(iter(self._rows))]  # the least recently used
+            known = (SortedDict(), {})
+        self._rows[prefix] = known
+        return known
+
+    def note(self, prefix: bytes, rows: Sequence[_HeadRow]) -> None:
+        if not rows:
+            return
+        with self._lock:
+            known = self._prefix(prefix, create=True)
+            assert known is not None
+            by_base, recency = known
+            for row in rows:
+                by_base[row.base] = (row.key, row.count)
+                recency.pop(row.base, None)
+                recency[row.base] = None
+            while len(recency) > self._per_prefix:
+                oldest = next(iter(recency))
+                del recency[oldest], by_base[oldest]
+
+    def bracket(self, prefix: bytes, offset: int) -> tuple[_HeadRow | None, _HeadRow | None]:
+        """The remembered rows nearest ``offset``: the last starting at or below it, and
+        the first starting above it."""
+        with self._lock:
+            known = self._prefix(prefix, create=False)
+            if known is None:
+                return None, None
+            by_base = known[0]
+            i = by_base.bisect_right(offset)
+            lo = hi = None
+            if i > 0:
+                base, (key, count) = by_base.peekitem(i - 1)
+                lo = _HeadRow(key, base, count)
+            if i < len(by_base):
+                base, (key, count) = by_base.peekitem(i)
+                hi = _HeadRow(key, base, count)
+            return lo, hi
+
+    def forget(self, prefix: bytes, row: _HeadRow) -> None:
+        with self._lock:
+            known = self._rows.get(prefix)
+            if known is not None and known[0].get(row.base) == (row.key, row.count):
+                del known[0][row.base], known[1][row.base]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(by_base) for by_base, _ in self._rows.values())
 
 
 def _mutate_rows(table: bytes, chunk: list[Any], ts: int, conn: Any) -> None:
@@ -694,6 +1034,18 @@ def _value(columns: dict[bytes, Any]) -> bytes | None:
 
 def _unsalted(result: Any) -> bytes:
     return result.row[1:]
+
+
+def _bucket_range(
+    table_byte: bytes, bucket: int, lo: bytes, hi: bytes
+) -> tuple[bytes, bytes | None]:
+    """The row keys of store keys [lo, hi) (both in, or ``hi`` above, ``table_byte``'s
+    table) in one salt bucket; None: to the table's end."""
+    salt = bytes((bucket,))
+    if hi[:1] == table_byte:
+        return salt + lo[1:], salt + hi[1:]
+    # the table's end: the bucket's end
+    return salt + lo[1:], (bytes((bucket + 1,)) if bucket < 255 else None)
 
 
 def _below(lo: bytes) -> bytes | None:

@@ -8,6 +8,7 @@ and the scan stops (holds) at the first row whose transaction is still in progre
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -30,6 +31,9 @@ class ScanStart:
     skip_below_offset: int = -1  # drop messages with offset < this
     skip_until_id: bytes | None = None  # drop messages with id < (or <=) this
     skip_equal: bool = False  # with skip_until_id: drop the id itself too (exclusive start)
+    # The value of the row at ``key``, when the search just read it: read() starts with it
+    # instead of asking the backend for it again (only engines with seek_offset set it).
+    first: bytes | None = None
 
 
 # The log start moves in whole steps of this share of the TTL, within these bounds.
@@ -77,7 +81,20 @@ def start_for_offset(backend: Backend, st: TopicState, offset: int) -> ScanStart
     could then never move down a level without being rewritten (it made compaction the
     biggest CPU cost of sustained writes). The search guesses where the offset lies by
     interpolation, halving the range every other probe, so it takes a handful of seeks
-    for evenly paced data and at most ~2 x 80 for any data."""
+    for evenly paced data and at most ~2 x 80 for any data.
+
+    A backend with ``seek_offset(prefix, offset)`` does the search itself: on hbase://
+    a probe here would scan every salt bucket, so the engine searches one bucket's rows
+    and keeps verified hints (storage/hbase.py). It answers the row this search ends on
+    (the last starting at or below the offset) with its value, which the read then
+    starts with; or None when no row starts at or below the offset."""
+    seek = getattr(backend, "seek_offset", None)
+    if seek is not None:
+        found = seek(st.msg_prefix, offset)
+        if found is None:
+            return ScanStart(st.msg_prefix, skip_below_offset=offset)
+        key, value = found
+        return ScanStart(key, skip_below_offset=offset, first=value)
     prefix, plen = st.msg_prefix, len(st.msg_prefix)
     end = keys.prefix_end(prefix)
     first = _row_at(backend, prefix, end)
@@ -171,7 +188,13 @@ def read(
     plain, plain_meta = keys.F_PAYLOAD, keys.F_PAYLOAD | keys.F_META
     new_id = MessageId.trusted
     zeros = bytes(10)
-    for key, value in backend.scan(begin, keys.prefix_end(prefix)):
+    if start.first is not None and begin == start.key:
+        # The search read the first row: the scan (lazy) is asked only for the rest.
+        rest = backend.scan(begin, keys.prefix_end(prefix), include_start=False)
+        rows: Iterator[tuple[bytes, bytes]] = itertools.chain(((begin, start.first),), rest)
+    else:
+        rows = backend.scan(begin, keys.prefix_end(prefix))
+    for key, value in rows:
         flags, base, count = head(value)
         if base >= next_offset:
             break  # written, but not yet acknowledged as durable

@@ -394,6 +394,210 @@ def test_scans_leave_no_scanner_open(standin: StandinServer) -> None:
     backend.close()
 
 
+# --- the offset search (seek_offset) -----------------------------------------------------
+def topic_rows(rng: random.Random, prefix: bytes, n: int) -> list[tuple[bytes, bytes]]:
+    """MessageTable rows as the store appends them (keys and base offsets growing together):
+    bursts in one millisecond, long pauses, rows of many offsets, and offsets no row holds
+    (rows the janitor deleted)."""
+    out, ts, seq, base = [], 1_000_000, 0, 0
+    for i in range(n):
+        step = rng.choice([0, 0, 0, 0, 1, 1, 7, 86_400_000])
+        if step or seq == keys.MAX_SEQ:
+            ts, seq = ts + max(step, 1), 0
+        else:
+            seq += 1
+        count = rng.choice([1, 1, 1, 1, 2, 500])
+        base += rng.choice([0, 0, 0, 0, 3, 1000])
+        key = prefix + keys.MESSAGE_SUFFIX.pack(ts, seq)
+        out.append((key, keys.encode_row(base, count, b"p%d" % i)))
+        base += count
+    return out
+
+
+def holding(rows: list[tuple[bytes, bytes]], offset: int) -> tuple[bytes, bytes] | None:
+    """What seek_offset answers: the last row starting at or below ``offset``."""
+    found = None
+    for key, value in rows:
+        if keys.ROW_HEAD.unpack_from(value)[1] > offset:
+            break
+        found = (key, value)
+    return found
+
+
+def offsets_to_try(rows: list[tuple[bytes, bytes]], rng: random.Random) -> list[int]:
+    """Every row's first and last offset and its neighbours, and random ones."""
+    heads = [keys.ROW_HEAD.unpack_from(v)[1:] for _, v in rows]
+    end = heads[-1][0] + heads[-1][1]
+    out = {0, end, end + 5}
+    for base, count in heads:
+        out |= {base - 1, base, base + 1, base + count - 1, base + count}
+    out |= {rng.randrange(end) for _ in range(50)}
+    return sorted(o for o in out if o >= 0)
+
+
+@pytest.mark.parametrize("buckets", [1, 3, 8])
+def test_seek_offset_finds_the_row_holding_an_offset(hbase_url: str, buckets: int) -> None:
+    rng = random.Random(buckets)
+    b = open_backend(f"{hbase_url}?salt_buckets={buckets}")
+    assert isinstance(b, engine.HBaseBackend)
+    try:
+        prefix = keys.data_prefix(keys.MESSAGE, TopicId("ns", "a"), 1)
+        rows = topic_rows(rng, prefix, 400)
+        # Neighbours in the key space: another generation, a topic whose name extends it.
+        neighbours = topic_rows(rng, keys.data_prefix(keys.MESSAGE, TopicId("ns", "a"), 2), 30)
+        neighbours += topic_rows(rng, keys.data_prefix(keys.MESSAGE, TopicId("ns", "ab"), 1), 30)
+        b.write(rows + neighbours)
+        tries = offsets_to_try(rows, rng)
+        for round_ in ("cold", "with hints"):
+            for offset in tries:
+                assert b.seek_offset(prefix, offset) == holding(rows, offset), (round_, offset)
+        empty = keys.data_prefix(keys.MESSAGE, TopicId("ns", "empty"), 1)
+        assert b.seek_offset(empty, 0) is None
+        with pytest.raises(ValueError):
+            b.seek_offset(b"Tns:a\x00", 0)
+    finally:
+        b.close()
+    with pytest.raises(BackendError, match="closed"):
+        b.seek_offset(prefix, 0)
+
+
+def test_seek_offset_checks_its_hints(standin: StandinServer) -> None:
+    """Hints name rows that may have gone since: the janitor's deletes, and a write that
+    landed in part and was settled (its rows deleted, its offsets given to later rows)."""
+    b = open_backend(f"hbase://{standin.address}/hints{uuid.uuid4().hex[:8]}")
+    assert isinstance(b, engine.HBaseBackend)
+    try:
+        prefix = keys.data_prefix(keys.MESSAGE, TopicId("ns", "h"), 1)
+        rows = [
+            (
+                prefix + keys.MESSAGE_SUFFIX.pack(5_000 + i // 10, i % 10),
+                keys.encode_row(i, 1, b"x"),
+            )
+            for i in range(300)
+        ]
+        b.write(rows)
+        for offset in range(0, 300, 3):  # every third row is remembered, at least
+            assert b.seek_offset(prefix, offset) == rows[offset]
+        b.write([(k, None) for k, _ in rows[:100]])  # the janitor
+        settled = [
+            (prefix + keys.MESSAGE_SUFFIX.pack(9_000, i), keys.encode_row(250 + i, 1, b"y"))
+            for i in range(50)
+        ]
+        b.write([(k, None) for k, _ in rows[250:]] + settled)  # offsets 250.. moved on
+        now = rows[100:250] + settled
+        for offset in range(0, 320):
+            assert b.seek_offset(prefix, offset) == holding(now, offset), offset
+        # A hint holding the offset, verified: one get, no scanner.
+        assert b.seek_offset(prefix, 260) == settled[10]
+        calls = standin.hbase.calls.copy()
+        assert b.seek_offset(prefix, 260) == settled[10]
+        assert standin.hbase.calls - calls == {"getRowWithColumns": 1}
+        assert standin.hbase.open_scanners() == 0
+    finally:
+        b.close()
+
+
+class PlainBackend:
+    """The engine seen without seek_offset: reader.start_for_offset's own search."""
+
+    def __init__(self, backend: engine.HBaseBackend) -> None:
+        self.scan, self.get = backend.scan, backend.get
+
+
+def test_seek_offset_probes_one_bucket(standin: StandinServer) -> None:
+    """Each probe of the search is one scanner on one salt bucket, where reader.py's
+    search would scan every bucket per probe."""
+    from types import SimpleNamespace
+
+    from tmsgate.storage import reader
+
+    b = open_backend(f"hbase://{standin.address}/probes{uuid.uuid4().hex[:8]}")
+    assert isinstance(b, engine.HBaseBackend)
+    try:
+        prefix = keys.data_prefix(keys.MESSAGE, TopicId("ns", "p"), 1)
+        rows = topic_rows(random.Random(11), prefix, 3000)
+        b.write(rows)
+        st = SimpleNamespace(msg_prefix=prefix)
+        rng = random.Random(12)
+        end = keys.ROW_HEAD.unpack_from(rows[-1][1])[1]
+        seek_scanners = plain_scanners = 0
+        for offset in (rng.randrange(end) for _ in range(8)):
+            b._hints = engine._OffsetHints()  # every search cold
+            before = standin.hbase.calls["scannerOpenWithScan"]
+            key = b.seek_offset(prefix, offset)
+            seek_scanners += standin.hbase.calls["scannerOpenWithScan"] - before
+            before = standin.hbase.calls["scannerOpenWithScan"]
+            start = reader.start_for_offset(PlainBackend(b), st, offset)  # type: ignore[arg-type]
+            plain_scanners += standin.hbase.calls["scannerOpenWithScan"] - before
+            assert key is not None and start.key == key[0]
+        assert seek_scanners * 4 < plain_scanners
+        assert standin.hbase.open_scanners() == 0
+    finally:
+        b.close()
+
+
+def test_a_read_by_offset_starts_with_the_row_the_search_read(standin: StandinServer) -> None:
+    """reader.start_for_offset hands the row seek_offset read to reader.read: a read of
+    that row alone makes no call, a read past it scans the rest."""
+    from types import SimpleNamespace
+
+    from tmsgate.storage import reader
+
+    b = open_backend(f"hbase://{standin.address}/reads{uuid.uuid4().hex[:8]}")
+    try:
+        t = TopicId("ns", "r")
+        prefix = keys.data_prefix(keys.MESSAGE, t, 1)
+        rows = [
+            (prefix + keys.MESSAGE_SUFFIX.pack(7_000 + i, 0), keys.encode_row(i, 1, b"m%d" % i))
+            for i in range(50)
+        ]
+        b.write(rows)
+        st = SimpleNamespace(
+            msg_prefix=prefix, payload_prefix=keys.data_prefix(keys.PAYLOAD, t, 1), ttl_ms=None
+        )
+
+        def read(start: reader.ScanStart, n: int) -> list[tuple[int, bytes | None]]:
+            res = reader.read(
+                b, st, start, now_ms=8_000, max_messages=n, max_bytes=None, tx=None, next_offset=50
+            )  # type: ignore[arg-type]
+            return [(m.offset, m.payload) for m in res.messages]
+
+        start = reader.start_for_offset(b, st, 20)  # type: ignore[arg-type]
+        assert (start.key, start.first) == rows[20]
+        calls = standin.hbase.calls.copy()
+        assert read(start, 1) == [(20, b"m20")]
+        assert standin.hbase.calls == calls  # the row the search read: no call
+        assert read(start, 5) == [(o, b"m%d" % o) for o in range(20, 25)]
+        calls = standin.hbase.calls.copy()
+        start = reader.start_for_offset(b, st, 20)  # type: ignore[arg-type]
+        assert standin.hbase.calls - calls == {"getRowWithColumns": 1}  # a hint
+        assert read(start, 1) == [(20, b"m20")]
+    finally:
+        b.close()
+
+
+def test_offset_hints_stay_bounded() -> None:
+    hints = engine._OffsetHints(per_prefix=4, prefixes=2)
+    row = lambda base: engine._HeadRow(b"M%03d" % base, base, 1)  # noqa: E731
+    hints.note(b"a", [row(b) for b in (0, 10, 20, 30)])
+    hints.note(b"a", [row(0)])  # used again: now the most recent
+    hints.note(b"a", [row(40)])
+    hints.note(b"a", [row(50)])  # 10 and 20 went, the least recently noted
+    assert len(hints) == 4
+    assert hints.bracket(b"a", 5) == (row(0), row(30))
+    assert hints.bracket(b"a", 45) == (row(40), row(50))
+    assert hints.bracket(b"a", -1) == (None, row(0))
+    hints.forget(b"a", engine._HeadRow(b"other", 0, 1))  # not the row remembered: kept
+    assert hints.bracket(b"a", 0)[0] == row(0)
+    hints.forget(b"a", row(0))
+    assert hints.bracket(b"a", 0) == (None, row(30)) and len(hints) == 3
+    hints.note(b"b", [row(1)])
+    hints.bracket(b"a", 50)  # "a" used after "b"
+    hints.note(b"c", [row(2)])  # a third prefix: the least recently used goes
+    assert hints.bracket(b"b", 1) == (None, None)
+    assert hints.bracket(b"a", 50)[0] == row(50) and hints.bracket(b"c", 2)[0] == row(2)
+
+
 # --- the URL and the store's salt -------------------------------------------------------
 def test_salt_buckets_are_a_property_of_the_store(hbase_url: str) -> None:
     b = open_backend(hbase_url + "?salt_buckets=3")

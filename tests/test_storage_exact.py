@@ -136,9 +136,6 @@ def test_every_gap_is_one_row(store: Store, topic: TopicId, gappy: list[Message]
     ]
 
 
-# Thousands of offset searches, each one salted probe per step on hbase:// (about
-# 100 s on the stand-in); run there with TMSGATE_TEST_HBASE_SLOW=1.
-@pytest.mark.slow_on_hbase
 def test_gap_reads_across_many_rows_and_milliseconds(store: Store, topic: TopicId, clock) -> None:
     """start_for_offset searches row keys by interpolation: gaps of very different sizes,
     over many milliseconds, must not throw its guesses off."""
