@@ -293,7 +293,8 @@ class Cluster:
             self.store.lead(topic, renewed.act_until(self.config.margin_ms))
 
     def _hand_over(self, name: str, topic: TopicId) -> None:
-        self.store.follow(topic)  # first: no write of ours may land after the release
+        self.store.follow(topic)  # first: no new write of ours is accepted
+        self.store.flush()  # and none queued lands after the next leader has read
         lease = self._held.pop(name)
         self._leases.release(lease)
         log.info("handed %s over", topic)

@@ -322,6 +322,13 @@ class Store:
                 self._lead_epochs[topic] = self._lead_epochs.get(topic, 0) + 1
             self._states.pop(topic, None)
 
+    def flush(self) -> None:
+        """Wait until every write queued before this call is durable (or failed): the
+        writer is first in, first out. A gateway handing a partition over calls it after
+        ``follow`` so that no write of its own lands after the next leader has read."""
+        self._check_open()
+        self._writer.submit(lambda batch: None).result()
+
     def lead_epoch(self, topic: TopicId) -> int:
         """How often this process took or gave up ``topic`` (0 unless the store is shared):
         a view of the topic's state kept outside the store (the gateway's idempotent
