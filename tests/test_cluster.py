@@ -11,6 +11,7 @@ tests/faults/test_cluster_kill9.py.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -18,6 +19,10 @@ from collections.abc import Iterator
 
 import pytest
 from tmsgate.gateway.cluster import Cluster, ClusterConfig, node_of, rendezvous
+from tmsgate.gateway.kafka import GatewayConfig
+from tmsgate.gateway.kafka.broker import Broker
+from tmsgate.gateway.kafka.producers import check
+from tmsgate.protocol import ProducedBatch
 from tmsgate.storage import NotLeader, Store, TopicId, keys
 from tmsgate.storage.backend import open_backend
 from tmsgate.storage.memory import BackendCrashed, Faults, drop
@@ -249,6 +254,53 @@ def test_producer_id_blocks_are_never_handed_out_twice(table: str) -> None:
     for th in threads:
         th.join()
     assert sorted(got) == list(range(1, 151))
+
+
+def test_pipelined_first_batches_of_a_producer_pass_the_durable_check(table: str) -> None:
+    """The writer-thread check of an idempotent producer's sequences (ProducerStates'
+    persist) on a topic this gateway took: a new producer's first batch and its next one,
+    pipelined, land in one durable write, so the second is checked against the view the
+    first left, not against the store (which has neither yet). The 3-process kill test
+    found it (about one run in ten): the view made for a new producer epoch claimed to be
+    from before the takeover, so the next batch re-read the store and was refused as out
+    of order, which librdkafka makes fatal."""
+    clock = Clock()
+    gw = Gateway(table, 0, clock)
+    (t,) = topics(1)
+    gw.store.create_topic(t)
+    settle([gw])
+    assert gw.store.leads(t) and gw.store.lead_epoch(t) >= 1
+    broker = Broker(gw.store, GatewayConfig())
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold(result: object) -> dict:
+        holding.set()  # on the writer thread: what is queued now shares the next write
+        assert gate.wait(10), "the test never released the writer"
+        return {}
+
+    def batch(first: int, count: int) -> ProducedBatch:
+        return ProducedBatch(77, 0, first, count - 1, 0, 0, 0, [])
+
+    async def produce() -> list[int]:
+        key = f"{t}/1/77"
+        held = gw.store.publish_async(t, [b"other"], state=hold)
+        assert holding.wait(10)
+        writes = []
+        for first, count in ((0, 4), (4, 1), (5, 2)):
+            entry = await broker.producers.entry(key, t)
+            assert check(entry, batch(first, count)).error == 0
+            _rec, persist = broker.producers.record(key, entry, batch(first, count), t)
+            items = [b"v%d" % s for s in range(first, first + count)]
+            writes.append(gw.store.publish_async(t, items, state=persist))
+        gate.set()
+        held.result(10)
+        return [w.result(10).base_offset for w in writes]
+
+    try:
+        assert asyncio.run(produce()) == [1, 5, 6]
+    finally:
+        gate.set()
+        broker.close()
 
 
 def test_holder_names_carry_the_address() -> None:

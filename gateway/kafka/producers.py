@@ -101,6 +101,15 @@ def decode_entry(raw: bytes | None) -> ProducerEntry:
     return entry
 
 
+def describe(entry: ProducerEntry) -> str:
+    """``entry`` in one line for a log: epoch, then each kept batch's sequences (``*``:
+    still being written) and the lead epoch it was read under."""
+    batches = " ".join(
+        f"{b.first_seq}-{b.last_seq}{'*' if b.done is not None else ''}" for b in entry.batches
+    )
+    return f"epoch {entry.epoch}, batches [{batches}], lead epoch {entry.lead_epoch}"
+
+
 def check(entry: ProducerEntry, batch: ProducedBatch) -> Verdict:
     """Kafka's ProducerAppendInfo.checkSequence plus the duplicate lookup."""
     epoch, first, last = batch.producer_epoch, batch.base_sequence, batch.last_sequence
@@ -225,7 +234,9 @@ class ProducerStates:
             if epoch != view.epoch:
                 if view.epoch != NO_EPOCH and epoch < view.epoch:
                     raise StateConflict(f"producer epoch {epoch} was fenced by {view.epoch}")
-                view = self._persisted[key] = ProducerEntry(epoch)
+                # Read under this lead too: without it the next batch re-read the view from
+                # the store, where this batch is not yet when both share one durable write.
+                view = self._persisted[key] = ProducerEntry(epoch, lead_epoch=lead)
             expected = (view.last_seq + 1) % _SEQ_MOD
             if first != expected:
                 raise StateConflict(

@@ -30,12 +30,12 @@ from tmsgate.protocol import (
     decode_batch,
     split_batches,
 )
-from tmsgate.storage import StorageError, TopicNotFound
+from tmsgate.storage import StateConflict, StorageError, TopicNotFound
 
 from ...acls import Operation, ResourceType
 from ..context import CloseConnection, RequestContext
 from ..errors import FailureLog, error_of
-from ..producers import BatchRecord, check
+from ..producers import BatchRecord, check, describe
 from ..records import to_entries
 from ..routes import Route
 from ..topics import TopicInfo
@@ -117,7 +117,11 @@ async def _prepare(
         if verdict.duplicate is not None:
             return asyncio.ensure_future(_duplicate(verdict.duplicate, log_append))
         if verdict.error:
-            return _fail(verdict.error, verdict.message or verdict.error.name)
+            # Counted and logged (rate-limited) with what the gateway knew: librdkafka
+            # makes a refused sequence fatal, so an operator needs to see why.
+            message = verdict.message or verdict.error.name
+            FAILURES.failed(verdict.error, f"{message} (state: {describe(entry)})", str(info.id))
+            return _fail(verdict.error, message)
         rec, state = broker.producers.record(key, entry, batch, info.id)
     try:
         fut = broker.store.publish_async(info.id, entries, tx=wp, state=state)
@@ -317,7 +321,10 @@ def _completed(
             broker.producers.failed(key, rec, exc)
         if isinstance(exc, TopicNotFound):
             broker.topics.invalidate(info.name)
-        return _fail(*error_of(exc, f"produce to {info.id}", FAILURES))
+        code, message = error_of(exc, f"produce to {info.id}", FAILURES)
+        if isinstance(exc, StateConflict):  # the durable check refused it: log as above
+            FAILURES.failed(code, message, str(info.id))
+        return _fail(code, message)
     result = fut.result()
     FAILURES.succeeded()
     if rec is not None:
