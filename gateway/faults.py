@@ -46,6 +46,9 @@ def install_from_env(services: Services) -> None:
             await asyncio.Event().wait()  # until the process is killed
 
     services.broker.txns.before_step = before_step
+    # A stop between the decision, the references and the commit is what a write of all
+    # three landing in part leaves: take them one write each to stop there.
+    services.broker.txns.stepwise = step in ("reference", "commit")
 
 
 def _topic_pause(services: Services) -> None:

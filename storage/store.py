@@ -511,6 +511,54 @@ class Store:
         self._check_open()
         return self._writer.submit(op)
 
+    def commit_sealed_async(
+        self, tx: Transaction | int, topics: Sequence[TopicId], decision: StateUpdates
+    ) -> Future[list[int]]:
+        """A Kafka transaction's commit as one durable write instead of three in a row:
+        ``decision`` (state rows recording that it commits), a sealed reference on each of
+        ``topics`` (publish_sealed_async) and the TMS commit of the decided transaction
+        (TransactionManager.decide). Where the backend writes a row atomically and nothing
+        more, the batch's phases keep the order that matters: the decision and the
+        references (with their intent) land before the commit row. A crash part way
+        leaves either the decision with some or all references, which its replay (the
+        separate calls, each idempotent) finishes, or references without a decision, which
+        stay invisible (the transaction is aborted). The decision goes in the same phase
+        as any earlier queued write of its row, so the last queued one wins. One write: a
+        LevelDB batch, or HBase's phases. -> rows referenced per topic (0 for a topic
+        deleted meanwhile)."""
+        wp = _write_pointer(tx)
+        if wp is None:
+            raise InvalidTransaction("commit_sealed() needs a transaction")
+        self._check_open()
+        commit_rows, landed = self.transactions.commit_decided(wp)
+
+        def op(batch: Batch) -> list[int]:
+            states = []
+            for topic in topics:  # all looked up before anything is appended
+                try:
+                    states.append(self._leading(topic))
+                except TopicNotFound:
+                    states.append(None)
+            batch.mutations.extend(_state_mutations(decision))
+            counts = []
+            for st in states:
+                if st is None or self._rows.is_referenced(st, wp):
+                    counts.append(0)
+                else:
+                    counts.append(self._rows.append_reference(batch, st, wp, sealed=True).count)
+            batch.then.extend(commit_rows)
+            return counts
+
+        try:
+            done = self._writer.submit(op)
+        except BaseException as exc:
+            refused: Future[list[int]] = Future()
+            refused.set_exception(exc)
+            landed(refused)
+            raise
+        done.add_done_callback(landed)
+        return done
+
     def discard_payloads_async(self, topic: TopicId, tx: Transaction | int) -> Future[int]:
         """Delete an aborted (invalid) transaction's PayloadTable rows on ``topic``, which no
         reference will ever make visible (an aborted Kafka transaction's records); -> rows

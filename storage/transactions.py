@@ -14,13 +14,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import keys
 from .errors import TransactionNotInProgress
 from .keys import U64
 
 if TYPE_CHECKING:
+    from .backend import Mutation
     from .tables import MetadataTable
 
 T = TypeVar("T")
@@ -150,25 +151,48 @@ class TransactionManager:
                 timed_out = self._invalidate_locked(wp)
                 return _then(timed_out, lambda: self._timed_out(wp))
             self._committing.add(wp)
-            # In the phase where start puts the row (``then``): were a start and its commit
-            # ever in one batch, the delete must land after the put, not before it.
-            done = self._persist([], then=[(_IN_PROGRESS + U64.pack(wp), None)])
+            done = self._persist([], then=self._commit_rows(wp))
+        return _then(done, lambda: self._committed(wp), lambda: self._commit_failed(wp))
 
-        def committed() -> None:
-            # Visible as committed only now that the commit is on disk: a snapshot taken
-            # while the fsync ran still saw it in progress.
-            with self._lock:
-                self._committing.discard(wp)
-                self._decided.discard(wp)
-                self._in_progress.pop(wp, None)
-                self._remember(wp, COMMITTED)
-            self._finished(wp)
+    def commit_decided(self, wp: int) -> tuple[list[Mutation], Callable[[Future[Any]], None]]:
+        """Commit a decided transaction (decide()) as part of a larger write that its
+        caller queues (Store.commit_sealed_async: a Kafka transaction's decision, its
+        references and this commit in one fsync). -> the rows that commit it, for the
+        write's last phase, and the callback for that write's future, which makes it
+        committed in memory once the write is durable (or lets it be retried if not).
+        TransactionNotInProgress unless decided and not already being committed."""
+        with self._lock:
+            if wp not in self._decided or wp in self._committing:
+                raise TransactionNotInProgress(wp, self._state_locked(wp))
+            self._committing.add(wp)
 
-        def failed() -> None:
-            with self._lock:
-                self._committing.discard(wp)
+        def landed(done: Future[Any]) -> None:
+            if done.exception() is None:
+                self._committed(wp)
+            else:
+                self._commit_failed(wp)
 
-        return _then(done, committed, failed)
+        return self._commit_rows(wp), landed
+
+    @staticmethod
+    def _commit_rows(wp: int) -> list[Mutation]:
+        # In the phase where start puts the row (``then``): were a start and its commit
+        # ever in one batch, the delete must land after the put, not before it.
+        return [(_IN_PROGRESS + U64.pack(wp), None)]
+
+    def _committed(self, wp: int) -> None:
+        # Visible as committed only now that the commit is on disk: a snapshot taken
+        # while the fsync ran still saw it in progress.
+        with self._lock:
+            self._committing.discard(wp)
+            self._decided.discard(wp)
+            self._in_progress.pop(wp, None)
+            self._remember(wp, COMMITTED)
+        self._finished(wp)
+
+    def _commit_failed(self, wp: int) -> None:
+        with self._lock:
+            self._committing.discard(wp)
 
     def _timed_out(self, wp: int) -> None:
         self._finished(wp)

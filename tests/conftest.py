@@ -64,7 +64,7 @@ def any_engine_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
         if request.node.get_closest_marker("slow_on_hbase") and not os.environ.get(
             "TMSGATE_TEST_HBASE_SLOW"
         ):
-            pytest.skip("slow on hbase:// (offset searches); TMSGATE_TEST_HBASE_SLOW=1 runs it")
+            pytest.skip("slow on hbase:// (many rows written); TMSGATE_TEST_HBASE_SLOW=1 runs it")
         address = request.getfixturevalue("hbase_standin")
         yield f"hbase://{address}/t{uuid.uuid4().hex[:12]}"
         return

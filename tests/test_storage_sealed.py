@@ -3,6 +3,9 @@ transaction manager's commit decision (TransactionManager.decide, visibility_now
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+
 import pytest
 from tmsgate.storage import (
     Store,
@@ -10,7 +13,9 @@ from tmsgate.storage import (
     TopicNotFound,
     TransactionNotInProgress,
     Visibility,
+    memory,
 )
+from tmsgate.storage.memory import Faults, MemoryBackend
 
 
 @pytest.fixture
@@ -183,3 +188,82 @@ def test_an_aborted_transactions_payloads_are_discarded(store: Store, topic: Top
     assert sealed(store, topic, ref) == 1
     txm.invalidate(ref.write_pointer)
     assert store.discard_payloads_async(topic, ref).result(10) == 0
+
+
+def test_a_whole_commit_in_one_write(store: Store, topic: TopicId) -> None:
+    """commit_sealed_async: a Kafka commit's decision, references and TMS commit in one
+    durable write; a topic with nothing stored counts 0, and a topic deleted meanwhile
+    too; the transaction must have been decided."""
+    txm = store.transactions
+    other, gone = TopicId("default", "other"), TopicId("default", "gone")
+    store.create_topic(other)
+    store.create_topic(gone)
+    tx = txm.start()
+    store.store(topic, [b"a", b"b"], tx)
+    store.store(gone, [b"x"], tx)
+    store.delete_topics([gone])
+    decision = {("test.decision", "t1"): b"commit"}
+    with pytest.raises(TransactionNotInProgress):  # not decided
+        store.commit_sealed_async(tx, [topic], decision)
+    txm.decide(tx.write_pointer)
+    counts = store.commit_sealed_async(tx, [topic, other, gone], decision).result(10)
+    assert counts == [2, 0, 0]
+    assert txm.state(tx.write_pointer) == "committed"
+    assert store.get_state("test.decision", "t1") == b"commit"
+    # Sealed: committed, they read as plain messages.
+    assert read(store, topic, offset=0)[0] == [(0, b"a", None), (1, b"b", None)]
+    with pytest.raises(TransactionNotInProgress):  # once
+        store.commit_sealed_async(tx, [topic], decision)
+
+
+@pytest.mark.parametrize("crash_after", range(12))
+def test_a_whole_commit_cut_short_ends_whole_or_not_at_all(crash_after: int) -> None:
+    """A crash after every number of rows of the one write (rows of a phase land in any
+    order, as on HBase), then a restart that does what the coordinator does: replay the
+    references and the commit if the decision is on disk, abort otherwise. Each topic
+    then holds the transaction's records exactly once, or none does; and the commit
+    never landed without the decision."""
+    name = f"sealed-crash-{uuid.uuid4().hex}"
+    table = memory.table(name)
+    a, b = TopicId("default", "a"), TopicId("default", "b")
+    try:
+        backend = MemoryBackend(table)
+        store = Store(backend)
+        store.create_topic(a)
+        store.create_topic(b)
+        store.publish(a, [b"before"])
+        tx = store.transactions.start()
+        wp = tx.write_pointer
+        store.store(a, [b"a0", b"a1", b"a2"], tx)
+        store.store(b, [b"b0", b"b1"], tx)
+        store.transactions.decide(wp)
+        backend.faults = Faults(seed=crash_after, crash_after_rows=crash_after)
+        fut = store.commit_sealed_async(wp, [a, b], {("test.decision", "tx"): b"commit"})
+        crashed = fut.exception(10) is not None
+        with contextlib.suppress(Exception):
+            store.close()
+
+        store = Store(MemoryBackend(table))  # the restart: settles what was left in part
+        try:
+            decided = store.get_state("test.decision", "tx") == b"commit"
+            state = store.transactions.state(wp)
+            if not decided:
+                assert state == "in_progress", "the commit landed without its decision"
+                store.transactions.abort(wp)
+            elif state == "in_progress":
+                store.transactions.decide(wp, recovering=True)
+                for t in (a, b):
+                    store.publish_sealed_async(t, wp).result(10)
+                store.transactions.commit(wp)
+            assert crashed or decided
+            want_a = [b"before", b"a0", b"a1", b"a2"] if decided else [b"before"]
+            want_b = [b"b0", b"b1"] if decided else []
+            for t, want in ((a, want_a), (b, want_b)):
+                msgs, _next, held = read(store, t, offset=0)
+                assert [p for _o, p, _w in msgs] == want, (crash_after, t)
+                assert [o for o, _p, _w in msgs] == list(range(len(want)))
+                assert not held
+        finally:
+            store.close()
+    finally:
+        memory.drop(name)

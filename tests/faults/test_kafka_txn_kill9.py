@@ -11,6 +11,12 @@ After a restart (and a second one, to see the replay is idempotent):
   * before any later step (the decision was recorded): both topics hold the transaction's
     records exactly once, as one dense run from offset 0, for read_committed and
     read_uncommitted readers alike, and the group's offset is 7.
+
+A commit writes the decision, the references and the TMS commit as one write; paused
+before ``reference`` or ``commit`` the gateway takes them one write each (the
+coordinator's ``stepwise``), which leaves what that write landing in part leaves: the
+decision alone, or with its references. tests/test_storage_sealed.py cuts the one write
+short after every row on memory://.
 """
 
 from __future__ import annotations
