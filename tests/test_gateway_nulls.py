@@ -26,7 +26,7 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
-from tmsgate.gateway.kafka.groups import GroupConfig, GroupErrorCode
+from tmsgate.gateway.kafka.groups import GroupConfig
 from tmsgate.protocol import ApiKey, ErrorCode
 
 JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP = 11, 13, 14
@@ -146,7 +146,7 @@ def test_a_group_with_every_legal_null(client: RawClient) -> None:
         reason=None,
     )
     first = client.request(join, 9)
-    assert first.error_code == GroupErrorCode.MEMBER_ID_REQUIRED
+    assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
     join.member_id = first.member_id
     joined = client.request(join, 9)
     assert joined.error_code == 0 and joined.leader == joined.member_id

@@ -23,7 +23,7 @@ from tmsgate.gateway.kafka.groups import (
     OffsetCommit,
     SyncRequest,
 )
-from tmsgate.gateway.kafka.groups.errors import GroupErrorCode as E
+from tmsgate.gateway.kafka.groups.errors import ErrorCode as E
 from tmsgate.storage import TopicId, open_store
 
 FAST = GroupConfig(

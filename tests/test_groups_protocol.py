@@ -31,7 +31,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest
 from tmsgate.gateway.kafka.broker import Broker
 from tmsgate.gateway.kafka.config import GatewayConfig
 from tmsgate.gateway.kafka.groups import GroupConfig
-from tmsgate.gateway.kafka.groups.errors import GroupErrorCode as E
+from tmsgate.gateway.kafka.groups.errors import ErrorCode as E
 from tmsgate.gateway.kafka.handlers import ROUTES
 from tmsgate.gateway.kafka.handlers.group_routes import GROUP_ROUTES
 from tmsgate.gateway.kafka.routes import RouteTable

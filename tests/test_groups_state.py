@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tmsgate.gateway.kafka.groups import codec
-from tmsgate.gateway.kafka.groups.errors import GroupErrorCode
 from tmsgate.gateway.kafka.groups.model import Group, Member, client_host
 from tmsgate.gateway.kafka.groups.state import (
     COMPLETING,
@@ -23,6 +22,7 @@ from tmsgate.gateway.kafka.groups.state import (
     Op,
     check_transition,
 )
+from tmsgate.protocol import ErrorCode
 
 # Kafka's GroupMetadata.validPreviousStates, verbatim: target -> allowed sources.
 KAFKA_VALID_PREVIOUS = {
@@ -49,7 +49,7 @@ def test_illegal_transition_is_a_typed_error_with_a_kafka_code(source, target):
         return
     with pytest.raises(IllegalTransition) as info:
         check_transition("g", source, target)
-    assert info.value.code is GroupErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert info.value.code is ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert source.value in str(info.value) and target.value in str(info.value)
 
 
@@ -64,20 +64,23 @@ def test_group_transition_moves_and_refuses():
 
 def test_outcome_table_covers_every_request_in_every_state():
     assert set(OUTCOMES) == {(op, s) for op in Op for s in GroupState}
-    assert OUTCOMES[(Op.HEARTBEAT, PREPARING)] is GroupErrorCode.REBALANCE_IN_PROGRESS
-    assert OUTCOMES[(Op.SYNC, PREPARING)] is GroupErrorCode.REBALANCE_IN_PROGRESS
-    assert OUTCOMES[(Op.COMMIT, COMPLETING)] is GroupErrorCode.REBALANCE_IN_PROGRESS
+    assert OUTCOMES[(Op.HEARTBEAT, PREPARING)] is ErrorCode.REBALANCE_IN_PROGRESS
+    assert OUTCOMES[(Op.SYNC, PREPARING)] is ErrorCode.REBALANCE_IN_PROGRESS
+    assert OUTCOMES[(Op.COMMIT, COMPLETING)] is ErrorCode.REBALANCE_IN_PROGRESS
     assert OUTCOMES[(Op.COMMIT, PREPARING)] is PROCEED
     for op in Op:
-        assert OUTCOMES[(op, DEAD)] is GroupErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert OUTCOMES[(op, DEAD)] is ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 def test_error_codes_are_kafkas():
+    """The gateway's one table of Kafka error codes (the coordinator's among them): each
+    number is Kafka's, under Kafka's name or one kafka-python spells differently."""
+
     def norm(name: str) -> str:
         return name.replace("_", "").lower().replace("error", "").replace("exception", "")
 
-    for code in GroupErrorCode:
-        if code is GroupErrorCode.NONE:
+    for code in ErrorCode:
+        if code is ErrorCode.NONE:
             continue
         err = kafka.errors.for_code(code.value)
         assert err.errno == code.value
@@ -85,7 +88,15 @@ def test_error_codes_are_kafkas():
         assert ours in theirs or theirs in ours or err.__name__ in _RENAMED, (code, err)
 
 
-_RENAMED = {"NotCoordinatorError", "CoordinatorLoadInProgressError"}
+_RENAMED = {
+    "NotCoordinatorError",
+    "CoordinatorLoadInProgressError",
+    "CorruptRecordError",  # CORRUPT_MESSAGE
+    "InvalidFetchRequestError",  # INVALID_FETCH_SIZE
+    "NotLeaderForPartitionError",  # NOT_LEADER_OR_FOLLOWER (its name before KIP-392)
+    "MessageSizeTooLargeError",  # MESSAGE_TOO_LARGE
+    "InvalidReplicationAssignmentError",  # INVALID_REPLICA_ASSIGNMENT
+}
 
 
 def test_state_names_parse_case_insensitively():
@@ -124,9 +135,9 @@ def test_leader_moves_when_the_leader_leaves_and_static_ids_are_tracked():
     g.add(_member("b", instance="i-b"))
     assert g.leader_id == "a"
     assert g.static_members == {"i-b": "b"}
-    assert g.check_member("zzz", "i-b").code is GroupErrorCode.FENCED_INSTANCE_ID
-    assert g.check_member("a", "i-a").code is GroupErrorCode.UNKNOWN_MEMBER_ID  # not static
-    assert g.check_member("x", None).code is GroupErrorCode.UNKNOWN_MEMBER_ID
+    assert g.check_member("zzz", "i-b").code is ErrorCode.FENCED_INSTANCE_ID
+    assert g.check_member("a", "i-a").code is ErrorCode.UNKNOWN_MEMBER_ID  # not static
+    assert g.check_member("x", None).code is ErrorCode.UNKNOWN_MEMBER_ID
     assert g.check_member("b", "i-b") is None and g.check_member("a", None) is None
     g.remove("a")
     assert g.leader_id == "b"

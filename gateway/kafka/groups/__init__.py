@@ -17,7 +17,7 @@ from .coordinator import (
     ListedGroup,
     MemberSummary,
 )
-from .errors import GroupError, GroupErrorCode
+from .errors import GroupError
 from .model import JoinRequest, JoinResult, SyncRequest, SyncResult, client_host
 from .offsets import FetchedOffset, OffsetCommit
 from .state import GroupState, IllegalTransition
@@ -30,7 +30,6 @@ __all__ = [
     "GroupConfig",
     "GroupCoordinator",
     "GroupError",
-    "GroupErrorCode",
     "GroupRecord",
     "GroupState",
     "GroupSummary",

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+from tmsgate.protocol import ErrorCode
+
 from .codec import (
     GROUPS_AREA,
     OFFSETS_AREA,
@@ -34,7 +36,7 @@ from .codec import (
     parse_offset_key,
 )
 from .config import GroupConfig
-from .errors import GroupError, GroupErrorCode
+from .errors import GroupError
 from .model import (
     CONSUMER_PROTOCOL,
     Group,
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
     from ..broker import Broker
 
 log = logging.getLogger("tmsgate.kafka.groups")
-E = GroupErrorCode
+E = ErrorCode
 WATCH_INTERVAL_S = 0.25
 CLASSIC = "classic"  # ListGroups v5 group type
 
@@ -249,7 +251,7 @@ class GroupCoordinator:
 
     async def heartbeat(
         self, group_id: str, member_id: str, instance_id: str | None, generation: int
-    ) -> tuple[GroupErrorCode, str | None]:
+    ) -> tuple[ErrorCode, str | None]:
         """Heartbeat: keeps the member's session alive; during a rebalance the answer is
         REBALANCE_IN_PROGRESS, which makes it rejoin."""
         try:
@@ -265,7 +267,7 @@ class GroupCoordinator:
 
     async def leave(
         self, group_id: str, leaving: list[tuple[str, str | None]]
-    ) -> tuple[GroupErrorCode, list[GroupErrorCode]]:
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
         """LeaveGroup: (group error, one error per leaving member)."""
         try:
             await self.ready()
@@ -282,7 +284,7 @@ class GroupCoordinator:
             self._leave_one(group, mid, iid) async for mid, iid in self.broker.paced(leaving)
         ]
 
-    def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> GroupErrorCode:
+    def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> ErrorCode:
         if not member_id:  # KIP-345: a static member leaves by instance id
             member_id = group.static_members.get(instance_id or "", "")
             if not member_id:
@@ -309,7 +311,7 @@ class GroupCoordinator:
         member_id: str,
         instance_id: str | None,
         items: list[OffsetCommit],
-    ) -> dict[TopicPartition, GroupErrorCode]:
+    ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit: per-partition error codes (NONE once fsynced)."""
         # The loops over ``items`` (what the client sent) are paced; see Broker.paced.
         paced = self.broker.paced
@@ -357,7 +359,7 @@ class GroupCoordinator:
     # --- transactional offsets (TxnOffsetCommit, applied by the transaction coordinator) ---
     def check_transactional_member(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
-    ) -> tuple[GroupErrorCode, str]:
+    ) -> tuple[ErrorCode, str]:
         """TxnOffsetCommit v3+ (KIP-447): a member that names itself must be a member of the
         group's current generation; a producer without group metadata (generation -1, no
         member) is not checked, as in Kafka."""
@@ -427,7 +429,7 @@ class GroupCoordinator:
 
     def _may_commit(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
-    ) -> tuple[GroupErrorCode, str]:
+    ) -> tuple[ErrorCode, str]:
         group = self.groups.get(group_id)
         if group is None:
             if generation < 0:  # offsets only: the group exists from now on, empty
@@ -450,7 +452,7 @@ class GroupCoordinator:
 
     async def fetch_offsets(
         self, group_id: str, topics: list[tuple[str, list[int]]] | None
-    ) -> tuple[GroupErrorCode, list[tuple[str, list[tuple[int, FetchedOffset]]]]]:
+    ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, FetchedOffset]]]]]:
         """OffsetFetch: ``topics`` None means every topic the group has offsets for."""
         paced = self.broker.paced  # a 1 MB request names ~80,000 topics
         try:
@@ -487,7 +489,7 @@ class GroupCoordinator:
 
     async def delete_offsets(
         self, group_id: str, topics: list[tuple[str, list[int]]]
-    ) -> tuple[GroupErrorCode, dict[TopicPartition, GroupErrorCode]]:
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         """OffsetDelete: refused for partitions of topics a live consumer group reads."""
         try:
             await self.ready()
@@ -498,7 +500,7 @@ class GroupCoordinator:
             return E.GROUP_ID_NOT_FOUND, {}
         paced = self.broker.paced  # ``topics`` is what the client sent
         infos = await self.offsets.topics(t for t, _ in topics)
-        errors: dict[TopicPartition, GroupErrorCode] = {}
+        errors: dict[TopicPartition, ErrorCode] = {}
         # Each partition once, in request order: a request may name one many times.
         found: dict[TopicPartition, None] = {}
         async for name, partitions in paced(topics):
@@ -574,9 +576,9 @@ class GroupCoordinator:
             if not states or g.state in states
         ]
 
-    async def delete_groups(self, group_ids: list[str]) -> list[GroupErrorCode]:
+    async def delete_groups(self, group_ids: list[str]) -> list[ErrorCode]:
         await self.ready()
-        results: list[GroupErrorCode] = []
+        results: list[ErrorCode] = []
         writes = []
         # Paced (the ids are what the client sent); each group is checked and deleted with
         # no await between, so no join can slip in between the two.

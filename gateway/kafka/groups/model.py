@@ -10,8 +10,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from tmsgate.protocol import ErrorCode
+
 from .codec import GroupRecord, MemberRecord, subscription_topics
-from .errors import GroupError, GroupErrorCode
+from .errors import GroupError
 from .state import EMPTY, GroupState, check_transition
 
 CONSUMER_PROTOCOL = "consumer"
@@ -37,7 +39,7 @@ class JoinedMember:
 
 @dataclass(frozen=True, slots=True)
 class JoinResult:
-    error: GroupErrorCode
+    error: ErrorCode
     member_id: str
     generation: int = -1
     protocol_type: str | None = None
@@ -50,7 +52,7 @@ class JoinResult:
 
 @dataclass(frozen=True, slots=True)
 class SyncResult:
-    error: GroupErrorCode
+    error: ErrorCode
     assignment: bytes = b""
     protocol_type: str | None = None
     protocol_name: str | None = None
@@ -208,25 +210,25 @@ class Group:
             current = self.static_members.get(instance_id)
             if current is None:
                 return GroupError(
-                    GroupErrorCode.UNKNOWN_MEMBER_ID,
+                    ErrorCode.UNKNOWN_MEMBER_ID,
                     f"no member of {self.group_id!r} has instance id {instance_id!r}",
                 )
             if current != member_id:
                 return GroupError(
-                    GroupErrorCode.FENCED_INSTANCE_ID,
+                    ErrorCode.FENCED_INSTANCE_ID,
                     f"instance id {instance_id!r} now belongs to member {current}",
                 )
         if member_id not in self.members:
             return GroupError(
-                GroupErrorCode.UNKNOWN_MEMBER_ID,
+                ErrorCode.UNKNOWN_MEMBER_ID,
                 f"member {member_id or '(none)'} is not in group {self.group_id!r}",
             )
         return None
 
     def replace_static(self, instance_id: str, old_id: str, new_id: str) -> Member:
         member = self.members.pop(old_id)
-        member.answer_join(JoinResult(GroupErrorCode.FENCED_INSTANCE_ID, old_id))
-        member.answer_sync(SyncResult(GroupErrorCode.FENCED_INSTANCE_ID))
+        member.answer_join(JoinResult(ErrorCode.FENCED_INSTANCE_ID, old_id))
+        member.answer_sync(SyncResult(ErrorCode.FENCED_INSTANCE_ID))
         member.member_id = new_id
         self.members[new_id] = member
         self.static_members[instance_id] = new_id
@@ -338,16 +340,16 @@ def group_member(
     """The group and member a SyncGroup, Heartbeat or OffsetCommit names, checked the way
     Kafka does (group id, member, static instance, generation); raises GroupError."""
     if not group_id:
-        raise GroupError(GroupErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+        raise GroupError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
     group = groups.get(group_id)
     if group is None:
-        raise GroupError(GroupErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} does not exist")
+        raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} does not exist")
     error = group.check_member(member_id, instance_id)
     if error is not None:
         raise error
     if generation != group.generation:
         raise GroupError(
-            GroupErrorCode.ILLEGAL_GENERATION,
+            ErrorCode.ILLEGAL_GENERATION,
             f"generation {generation} is not group {group_id!r}'s current generation "
             f"{group.generation}",
         )

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tmsgate.protocol import ErrorCode
+
 from ..topics import InvalidTopicName, TopicInfo
 from .codec import (
     OFFSETS_AREA,
@@ -23,7 +25,6 @@ from .codec import (
     offset_key,
     offsets_prefix,
 )
-from .errors import GroupErrorCode
 from .model import now_ms
 from .writer import StateUpdates, StateWriter
 
@@ -50,7 +51,7 @@ class FetchedOffset:
     offset: int = -1
     leader_epoch: int = -1
     metadata: str = ""
-    error: GroupErrorCode = GroupErrorCode.NONE
+    error: ErrorCode = ErrorCode.NONE
 
 
 NO_OFFSET = FetchedOffset()
@@ -110,19 +111,19 @@ class Offsets:
 
     async def check(
         self, items: list[OffsetCommit], topics: dict[str, TopicInfo | None]
-    ) -> dict[TopicPartition, GroupErrorCode]:
+    ) -> dict[TopicPartition, ErrorCode]:
         """Per-partition errors Kafka finds before asking the group: unknown topics or
         partitions and oversized metadata."""
-        errors: dict[TopicPartition, GroupErrorCode] = {}
+        errors: dict[TopicPartition, ErrorCode] = {}
         async for item in self._broker.paced(items):
             tp = (item.topic, item.partition)
             info = topics.get(item.topic)
             if info is None or not 0 <= item.partition < info.partitions:
-                errors[tp] = GroupErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif item.metadata is not None and (
                 len(item.metadata.encode("utf-8")) > self.metadata_max_bytes
             ):
-                errors[tp] = GroupErrorCode.OFFSET_METADATA_TOO_LARGE
+                errors[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
         return errors
 
     # --- writes -------------------------------------------------------------------------

@@ -28,9 +28,11 @@ import uuid
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from tmsgate.protocol import ErrorCode
+
 from .codec import GROUPS_AREA, encode_group, group_key
 from .config import GroupConfig
-from .errors import GroupError, GroupErrorCode
+from .errors import GroupError
 from .model import (
     Group,
     JoinRequest,
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
     from ..broker import Broker
 
 log = logging.getLogger("tmsgate.kafka.groups")
-E = GroupErrorCode
+E = ErrorCode
 
 
 class Rebalancer:
@@ -443,7 +445,7 @@ class Rebalancer:
             self._drop(group, member_id)
         self._prepare_rebalance(group, f"members {missing} did not sync")
 
-    def _reset_assignments(self, group: Group, error: GroupErrorCode) -> None:
+    def _reset_assignments(self, group: Group, error: ErrorCode) -> None:
         for member in group.members.values():
             member.assignment = b""
             member.answer_sync(SyncResult(error))

@@ -17,7 +17,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-from .errors import GroupError, GroupErrorCode
+from tmsgate.protocol import ErrorCode
+
+from .errors import GroupError
 
 
 class GroupState(enum.Enum):
@@ -62,7 +64,7 @@ class IllegalTransition(GroupError):
 
     def __init__(self, group_id: str, current: GroupState, target: GroupState) -> None:
         super().__init__(
-            GroupErrorCode.COORDINATOR_NOT_AVAILABLE,
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
             f"group {group_id!r} cannot move from {current.value} to {target.value}",
         )
         self.current = current
@@ -88,8 +90,8 @@ class _Proceed(enum.Enum):
 
 
 PROCEED = _Proceed.PROCEED
-Outcome = GroupErrorCode | _Proceed
-_E = GroupErrorCode
+Outcome = ErrorCode | _Proceed
+_E = ErrorCode
 
 # (request, state) -> outcome, after the group, member and generation checks passed.
 OUTCOMES: Mapping[tuple[Op, GroupState], Outcome] = {

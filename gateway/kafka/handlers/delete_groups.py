@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
+from tmsgate.protocol import ErrorCode
 
 from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import GroupError, GroupErrorCode
+from ..groups import GroupError
 from ..routes import Route
 
 _Result = DeleteGroupsResponse.DeletableGroupResult
@@ -22,7 +23,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         deleted = dict(zip(allowed, await ctx.broker.groups.delete_groups(allowed), strict=True))
     except GroupError as exc:  # loading failed, or shutting down
         deleted = {n: exc.code for n in allowed}
-    codes = [deleted.get(n, GroupErrorCode.GROUP_AUTHORIZATION_FAILED) for n in names]
+    codes = [deleted.get(n, ErrorCode.GROUP_AUTHORIZATION_FAILED) for n in names]
     results = [
         _Result(group_id=g, error_code=c)
         async for g, c in ctx.broker.paced(zip(names, codes, strict=True))  # client's list

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
+from tmsgate.protocol import ErrorCode
 
 from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import GroupError, GroupErrorCode, GroupState, GroupSummary
+from ..groups import GroupError, GroupState, GroupSummary
 from ..routes import Route
 
 _Group = DescribeGroupsResponse.DescribedGroup
@@ -22,7 +23,7 @@ def _described(group_id: str, s: GroupSummary | None, version: int, ops: Any) ->
     if s is None:
         missing = version >= 6
         return _Group(
-            error_code=GroupErrorCode.GROUP_ID_NOT_FOUND if missing else GroupErrorCode.NONE,
+            error_code=ErrorCode.GROUP_ID_NOT_FOUND if missing else ErrorCode.NONE,
             error_message=f"group {group_id!r} does not exist" if missing else None,
             group_id=group_id,
             group_state=GroupState.DEAD.value,
@@ -43,7 +44,7 @@ def _described(group_id: str, s: GroupSummary | None, version: int, ops: Any) ->
         for m in s.members
     ]
     return _Group(
-        error_code=GroupErrorCode.NONE,
+        error_code=ErrorCode.NONE,
         error_message=None,
         group_id=group_id,
         group_state=s.state.value,
@@ -54,7 +55,7 @@ def _described(group_id: str, s: GroupSummary | None, version: int, ops: Any) ->
     )
 
 
-_DENIED = GroupError(GroupErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed.")
+_DENIED = GroupError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed.")
 
 
 def _failed(group_id: str, exc: GroupError, ops: Any) -> Any:

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import HeartbeatRequest
+from tmsgate.protocol import ErrorCode
 
 from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import GroupErrorCode
 from ..routes import Route
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
-        denied = GroupErrorCode.GROUP_AUTHORIZATION_FAILED
+        denied = ErrorCode.GROUP_AUTHORIZATION_FAILED
         return ctx.response(throttle_time_ms=0, error_code=denied)
     instance_id = req.group_instance_id if ctx.version >= 3 else None
     code, _why = await ctx.broker.groups.heartbeat(

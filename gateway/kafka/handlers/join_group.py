@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
+from tmsgate.protocol import ErrorCode
 
 from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import GroupErrorCode, JoinRequest, client_host
+from ..groups import JoinRequest, client_host
 from ..routes import Route
 
 _Member = JoinGroupResponse.JoinGroupResponseMember
@@ -23,7 +24,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
         return ctx.response(
             throttle_time_ms=0,
-            error_code=GroupErrorCode.GROUP_AUTHORIZATION_FAILED,
+            error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
             generation_id=-1,
             protocol_type=None,
             protocol_name=None if v >= 7 else "",

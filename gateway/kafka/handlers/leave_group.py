@@ -10,7 +10,6 @@ from tmsgate.protocol import ErrorCode
 
 from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import GroupErrorCode
 from ..routes import Route
 
 _Member = LeaveGroupResponse.MemberResponse
@@ -21,7 +20,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
         fields = {"members": []} if ctx.version >= 3 else {}
         return ctx.response(
-            throttle_time_ms=0, error_code=GroupErrorCode.GROUP_AUTHORIZATION_FAILED, **fields
+            throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, **fields
         )
     if ctx.version >= 3:
         leaving = [(m.member_id, m.group_instance_id) async for m in paced(req.members)]

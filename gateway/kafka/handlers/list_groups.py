@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
+from tmsgate.protocol import ErrorCode
 
 from ...acls import CLUSTER_NAME, Operation, ResourceType
 from ..context import RequestContext
-from ..groups import GroupError, GroupErrorCode, GroupState
+from ..groups import GroupError, GroupState
 from ..routes import Route
 
 _Listed = ListGroupsResponse.ListedGroup
@@ -26,7 +27,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             if s is not None
         }
         if not states:
-            return ctx.response(throttle_time_ms=0, error_code=GroupErrorCode.NONE, groups=[])
+            return ctx.response(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=[])
     types = set(req.types_filter) if ctx.version >= 5 and req.types_filter else None
     try:
         listed = await ctx.broker.groups.list(states, types)
@@ -48,7 +49,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         )
         async for g in ctx.broker.paced(listed)  # clients can make groups by the thousand
     ]
-    return ctx.response(throttle_time_ms=0, error_code=GroupErrorCode.NONE, groups=groups)
+    return ctx.response(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=groups)
 
 
 ROUTE = Route(ListGroupsRequest.API_KEY, 0, 5, handle)

@@ -7,24 +7,24 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitResponse
-from tmsgate.protocol import ApiKey
+from tmsgate.protocol import ApiKey, ErrorCode
 
 from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import GroupErrorCode, OffsetCommit
+from ..groups import OffsetCommit
 from ..routes import Route
 
 _Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 _Partition = _Topic.OffsetCommitResponsePartition
 
 
-async def _refused(ctx: RequestContext, req: Any) -> dict[str, GroupErrorCode]:
+async def _refused(ctx: RequestContext, req: Any) -> dict[str, ErrorCode]:
     """Topics whose offsets are not committed, and why: Kafka needs Read on the group
     (else every partition gets GROUP_AUTHORIZATION_FAILED) and on each topic."""
     if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
-        return {t.name: GroupErrorCode.GROUP_AUTHORIZATION_FAILED for t in req.topics}
+        return {t.name: ErrorCode.GROUP_AUTHORIZATION_FAILED for t in req.topics}
     return {
-        t.name: GroupErrorCode.TOPIC_AUTHORIZATION_FAILED
+        t.name: ErrorCode.TOPIC_AUTHORIZATION_FAILED
         async for t in ctx.broker.paced(req.topics)
         if not ctx.allowed(Operation.READ, ResourceType.TOPIC, t.name)
     }

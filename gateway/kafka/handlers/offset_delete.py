@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
+from tmsgate.protocol import ErrorCode
 
 from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import GroupErrorCode
 from ..routes import Route
 
 _Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
@@ -23,7 +23,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         async for t in paced(req.topics)
     ]
     if not ctx.allowed(Operation.DELETE, ResourceType.GROUP, req.group_id):
-        denied = GroupErrorCode.GROUP_AUTHORIZATION_FAILED
+        denied = ErrorCode.GROUP_AUTHORIZATION_FAILED
         return ctx.response(error_code=denied, throttle_time_ms=0, topics=[])
     refused = {
         name
@@ -34,14 +34,14 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         req.group_id, [w for w in wanted if w[0] not in refused]
     )
     topics = []
-    if code is GroupErrorCode.NONE:
+    if code is ErrorCode.NONE:
         topics = [
             _Topic(
                 name=name,
                 partitions=[
                     _Partition(
                         partition_index=p,
-                        error_code=GroupErrorCode.TOPIC_AUTHORIZATION_FAILED
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED
                         if name in refused
                         else codes.get((name, p), 0),
                     )

@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import OffsetFetchResponse
-from tmsgate.protocol import ApiKey
+from tmsgate.protocol import ApiKey, ErrorCode
 
 from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import FetchedOffset, GroupErrorCode
+from ..groups import FetchedOffset
 from ..routes import Route
 
 _Topic = OffsetFetchResponse.OffsetFetchResponseTopic
@@ -30,7 +30,7 @@ async def _wanted(ctx: RequestContext, topics: Any) -> list[tuple[str, list[int]
     return [(t.name, list(t.partition_indexes)) async for t in ctx.broker.paced(topics)]
 
 
-def _partition(cls: Any, p: int, f: FetchedOffset, group_error: GroupErrorCode) -> Any:
+def _partition(cls: Any, p: int, f: FetchedOffset, group_error: ErrorCode) -> Any:
     return cls(
         partition_index=p,
         committed_offset=f.offset,
@@ -41,7 +41,7 @@ def _partition(cls: Any, p: int, f: FetchedOffset, group_error: GroupErrorCode) 
 
 
 async def _topics(
-    ctx: RequestContext, fetched: Fetched, topic: Any, part: Any, error: GroupErrorCode
+    ctx: RequestContext, fetched: Fetched, topic: Any, part: Any, error: ErrorCode
 ) -> list[Any]:
     """The response's topics, paced: a 1 MB request names ~80,000 (answered 370 ms in
     one piece)."""
@@ -52,7 +52,7 @@ async def _topics(
     ]
 
 
-_UNSTABLE = FetchedOffset(error=GroupErrorCode.UNSTABLE_OFFSET_COMMIT)
+_UNSTABLE = FetchedOffset(error=ErrorCode.UNSTABLE_OFFSET_COMMIT)
 
 
 async def _stable_only(ctx: RequestContext, group_id: str, fetched: Fetched) -> Fetched:
@@ -67,18 +67,18 @@ async def _stable_only(ctx: RequestContext, group_id: str, fetched: Fetched) -> 
     ]
 
 
-_DENIED_TOPIC = FetchedOffset(error=GroupErrorCode.TOPIC_AUTHORIZATION_FAILED)
+_DENIED_TOPIC = FetchedOffset(error=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
 
 async def _fetch(
     ctx: RequestContext, group_id: str, topics: Any
-) -> tuple[GroupErrorCode, Fetched]:
+) -> tuple[ErrorCode, Fetched]:
     """The group's committed offsets, as the principal may see them (Kafka): without
     Describe on the group, GROUP_AUTHORIZATION_FAILED; a topic it may not describe is
     left out of an all-topics answer, and named gets TOPIC_AUTHORIZATION_FAILED."""
     wanted = await _wanted(ctx, topics)
     if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
-        return GroupErrorCode.GROUP_AUTHORIZATION_FAILED, []
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     code, fetched = await ctx.broker.groups.fetch_offsets(group_id, wanted)
     if not ctx.broker.authorizer.enabled:
         return code, fetched
@@ -100,7 +100,7 @@ async def _one_group(
         fetched = await _stable_only(ctx, group_id, fetched)
     return _Group(
         group_id=group_id,
-        topics=await _topics(ctx, fetched, _GroupTopic, _GroupPartition, GroupErrorCode.NONE),
+        topics=await _topics(ctx, fetched, _GroupTopic, _GroupPartition, ErrorCode.NONE),
         error_code=code,
     )
 
@@ -113,14 +113,14 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         ]
         return ctx.response(throttle_time_ms=0, groups=groups)
     code, fetched = await _fetch(ctx, req.group_id, req.topics)
-    if code == GroupErrorCode.GROUP_AUTHORIZATION_FAILED and ctx.version < 2:
+    if code == ErrorCode.GROUP_AUTHORIZATION_FAILED and ctx.version < 2:
         # v1 has no top-level error: the named partitions carry it.
         named = await _wanted(ctx, req.topics) or []
         fetched = [(name, [(p, FetchedOffset()) for p in parts]) for name, parts in named]
     if ctx.version >= 7 and req.require_stable:
         fetched = await _stable_only(ctx, req.group_id, fetched)
     # v1 has no top-level error: a group error goes on every partition.
-    partition_error = code if ctx.version < 2 else GroupErrorCode.NONE
+    partition_error = code if ctx.version < 2 else ErrorCode.NONE
     topics = await _topics(ctx, fetched, _Topic, _Partition, partition_error)
     return ctx.response(throttle_time_ms=0, topics=topics, error_code=code)
 

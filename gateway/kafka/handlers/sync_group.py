@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.consumer import SyncGroupRequest
+from tmsgate.protocol import ErrorCode
 
 from ...acls import Operation, ResourceType
 from ..context import RequestContext
-from ..groups import GroupErrorCode, SyncRequest
+from ..groups import SyncRequest
 from ..routes import Route
 
 
@@ -18,7 +19,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
         return ctx.response(
             throttle_time_ms=0,
-            error_code=GroupErrorCode.GROUP_AUTHORIZATION_FAILED,
+            error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
             protocol_type=None,
             protocol_name=None,
             assignment=b"",
