@@ -502,11 +502,9 @@ class Store:
 
         def op(batch: Batch) -> int:
             st = self._leading(topic)
-            if self._rows.is_referenced(st, wp):
-                return 0
-            if not self.transactions.is_in_progress(wp):
+            if not self._rows.is_referenced(st, wp) and not self.transactions.is_in_progress(wp):
                 raise TransactionNotInProgress(wp, self.transactions.state(wp))
-            return self._rows.append_reference(batch, st, wp, sealed=True).count
+            return self._seal(batch, st, wp)
 
         self._check_open()
         return self._writer.submit(op)
@@ -540,12 +538,7 @@ class Store:
                 except TopicNotFound:
                     states.append(None)
             batch.mutations.extend(_state_mutations(decision))
-            counts = []
-            for st in states:
-                if st is None or self._rows.is_referenced(st, wp):
-                    counts.append(0)
-                else:
-                    counts.append(self._rows.append_reference(batch, st, wp, sealed=True).count)
+            counts = [0 if st is None else self._seal(batch, st, wp) for st in states]
             batch.then.extend(commit_rows)
             return counts
 
@@ -558,6 +551,13 @@ class Store:
             raise
         done.add_done_callback(landed)
         return done
+
+    def _seal(self, batch: Batch, st: TopicState, wp: int) -> int:
+        """The sealed reference of ``wp``'s payload rows on a topic (idempotent: 0 once
+        referenced) -> rows referenced."""
+        if self._rows.is_referenced(st, wp):
+            return 0
+        return self._rows.append_reference(batch, st, wp, sealed=True).count
 
     def discard_payloads_async(self, topic: TopicId, tx: Transaction | int) -> Future[int]:
         """Delete an aborted (invalid) transaction's PayloadTable rows on ``topic``, which no
