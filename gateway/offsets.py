@@ -29,7 +29,7 @@ SCAN_LIMIT = 1_000_000  # records read for one lookup before settling for publis
 
 
 def record_timestamp(msg: Message, log_append_time: bool) -> int:
-    """The timestamp a consumer sees for this message (see records._fetch_record)."""
+    """The timestamp a consumer sees for this message (see kafka/records.py, _records)."""
     ts = None if log_append_time else meta_timestamp(msg.meta)
     return int(msg.publish_ts) if ts is None else ts
 

@@ -40,6 +40,7 @@ from ._produce_response import (
 from ._records import (
     FetchRecord,
     ProducedBatch,
+    RecordFields,
     batch_base_offset,
     batch_next_offset,
     build_batch,
@@ -75,6 +76,7 @@ __all__ = [
     "ProduceResult",
     "ProducedBatch",
     "ProtocolError",
+    "RecordFields",
     "Request",
     "TopicResult",
     "UnsupportedMessageFormat",

@@ -175,11 +175,39 @@ class PublishResult:
     rollback: RollbackDetail | None = None
 
 
-@dataclass(frozen=True, slots=True)
+# One message as a read finds it: Message's fields in Message's order, with the id as
+# plain bytes. A read collects these; Message objects are built only when asked for.
+MessageRow = tuple[bytes, bytes | None, int, int, int | None, bytes | None]
+
+
 class ReadResult:
-    messages: list[Message]
-    next_offset: int
-    held: bool = False
+    """What a read found: ``rows`` (MessageRow tuples, offset order), where the next read
+    continues, and whether an open transaction held the read.
+
+    Hot readers (Kafka fetch, the HTTP bulk read) take ``rows``; ``messages`` builds
+    Message objects on first use. Building a MessageId and a Message per row cost about
+    half of a read from the store (1.3 of 2.6 us per 1 KiB message)."""
+
+    __slots__ = ("_messages", "held", "next_offset", "rows")
+
+    def __init__(self, rows: list[MessageRow], next_offset: int, held: bool = False) -> None:
+        self.rows = rows
+        self.next_offset = next_offset
+        self.held = held
+        self._messages: list[Message] | None = None
+
+    @property
+    def messages(self) -> list[Message]:
+        if self._messages is None:
+            trusted, make = MessageId.trusted, Message._make
+            self._messages = [make((trusted(r[0]), *r[1:])) for r in self.rows]
+        return self._messages
+
+    def __repr__(self) -> str:
+        return (
+            f"ReadResult({len(self.rows)} messages, next_offset={self.next_offset}, "
+            f"held={self.held})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from . import keys
 from .backend import Backend
-from .ids import Message, MessageId, ReadResult
+from .ids import MessageId, MessageRow, ReadResult
 from .topics import TopicState
 from .transactions import Transaction, Visibility
 
@@ -177,7 +177,7 @@ def read(
     prefix, plen = st.msg_prefix, len(st.msg_prefix)
     floor = ttl_floor_key(st, now_ms)
     begin = max(start.key, floor)
-    out: list[Message] = []
+    out: list[MessageRow] = []
     size = 0
     resume = None  # the offset to continue from
     held = False
@@ -186,7 +186,6 @@ def read(
     head = keys.ROW_HEAD.unpack_from
     head_meta = keys.ROW_HEAD_META.unpack_from
     plain, plain_meta = keys.F_PAYLOAD, keys.F_PAYLOAD | keys.F_META
-    new_id = MessageId.trusted
     zeros = bytes(10)
     if start.first is not None and begin == start.key:
         # The search read the first row: the scan (lazy) is asked only for the rest.
@@ -203,9 +202,7 @@ def read(
             # Unpacked here rather than by decode_row: this runs once per message read.
             n = head_meta(value)[3]
             meta, payload = value[_HM : _HM + n], value[_HM + n :]
-            out.append(
-                Message(new_id(key[plen:] + zeros), payload, base, _TS(key, plen)[0], None, meta)
-            )
+            out.append((key[plen:] + zeros, payload, base, _TS(key, plen)[0], None, meta))
             size += len(payload) + n
             resume = base + 1
             if len(out) >= max_messages or (max_bytes is not None and size >= max_bytes):
@@ -214,9 +211,7 @@ def read(
         if flags == plain and skip_id is None and base >= skip_off:
             # A message with only a payload (the store's own API, no meta).
             payload = value[13:]
-            out.append(
-                Message(new_id(key[plen:] + zeros), payload, base, _TS(key, plen)[0], None, None)
-            )
+            out.append((key[plen:] + zeros, payload, base, _TS(key, plen)[0], None, None))
             size += len(payload)
             resume = base + 1
             if len(out) >= max_messages or (max_bytes is not None and size >= max_bytes):
@@ -253,26 +248,24 @@ def read(
             continue
         suffix = key[plen:]
         if flags & (keys.F_PAYLOAD | keys.F_NULL):
-            mid = new_id(suffix + zeros)
+            mid = suffix + zeros
             if (skip_id is not None) and (mid < skip_id or (skip_eq and mid == skip_id)):
                 resume = end
                 continue
-            out.append(Message(mid, payload, base, ts, shown_wp, meta))
+            out.append((mid, payload, base, ts, shown_wp, meta))
             size += (len(payload) if payload else 0) + (len(meta) if meta else 0)
             resume = end
         else:
             full = True
             rows = _payload_messages(backend, st, wp or 0, shown_wp, suffix, base, ts, now_ms)
             for msg, expired in rows:
+                mid, offset = msg[0], msg[2]
                 if (
                     expired
-                    or msg.offset < skip_off
-                    or (
-                        skip_id is not None
-                        and (msg.id < skip_id or (skip_eq and msg.id == skip_id))
-                    )
+                    or offset < skip_off
+                    or (skip_id is not None and (mid < skip_id or (skip_eq and mid == skip_id)))
                 ):
-                    resume = msg.offset + 1
+                    resume = offset + 1
                     continue
                 if out and (
                     len(out) >= max_messages or (max_bytes is not None and size >= max_bytes)
@@ -280,8 +273,8 @@ def read(
                     full = False
                     break
                 out.append(msg)
-                size += len(msg.payload or b"") + len(msg.meta or b"")
-                resume = msg.offset + 1
+                size += len(msg[1] or b"") + len(msg[5] or b"")
+                resume = offset + 1
             if full:
                 resume = end
         skip_off, skip_id = -1, None  # only the first rows can be partly before the start
@@ -320,7 +313,7 @@ def _payload_messages(
     base: int,
     publish_ts: int,
     now_ms: int,
-) -> Iterator[tuple[Message, bool]]:
+) -> Iterator[tuple[MessageRow, bool]]:
     """The messages a PayloadTable reference row stands for, with offsets base, base+1, ...,
     each with whether its own (shorter) TTL has run out since it was published."""
     prefix = st.payload_prefix + keys.U64.pack(abs(wp))
@@ -329,6 +322,5 @@ def _payload_messages(
     for key, value in backend.scan(prefix, keys.prefix_end(prefix)):
         _, _, _, _, ttl, meta, payload = keys.decode_row(value)
         expired = ttl is not None and publish_ts + ttl < now_ms
-        mid = MessageId.trusted(row_suffix + key[plen:])
-        yield Message(mid, payload, offset, publish_ts, shown_wp, meta), expired
+        yield (row_suffix + key[plen:], payload, offset, publish_ts, shown_wp, meta), expired
         offset += 1

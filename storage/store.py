@@ -782,15 +782,15 @@ class Store:
             next_offset=nxt,
             sealed=self.transactions.visibility_now,
         )
-        last = res.messages[-1] if res.messages else None
-        if last is not None and last.write_pointer is None and last.id.endswith(_NO_PAYLOAD_ID):
+        last = res.rows[-1] if res.rows else None  # (id, payload, offset, ts, wp, meta)
+        if last is not None and last[4] is None and last[0].endswith(_NO_PAYLOAD_ID):
             # The last message's row (one message, no transaction) was read whole, so the
             # rows for every later offset have greater keys: the next read by offset can
             # start right after it instead of searching.
             hints = st.resume_keys
             if len(hints) >= _RESUME_KEYS:
                 hints.clear()  # atomic, unlike evicting one while other readers do too
-            hints[res.next_offset] = st.msg_prefix + last.id[:10] + b"\x00"
+            hints[res.next_offset] = st.msg_prefix + last[0][:10] + b"\x00"
         return res
 
     def poll(

@@ -26,7 +26,7 @@ from tmsgate.protocol.columns import (
     decode_columns,
     encode_columns,
 )
-from tmsgate.storage import Message, ReadResult, StoredRange, TopicId
+from tmsgate.storage import MessageRow, ReadResult, StoredRange, TopicId
 
 from .config import HttpConfig
 from .errors import json_response, read_body, read_json_object, topic_id, write_pointer_of
@@ -53,22 +53,23 @@ def _int_field(doc: dict[str, Any], name: str, default: int | None, low: int, hi
     return value
 
 
-def columns_of(messages: list[Message], next_offset: int, log_append_time: bool) -> bytes:
-    """The record-columns body of what the store read (hot path: one pass per record)."""
+def columns_of(rows: list[MessageRow], next_offset: int, log_append_time: bool) -> bytes:
+    """The record-columns body of what the store read (ReadResult.rows; hot path: one
+    pass per record)."""
     cols = RecordColumns(next_offset=next_offset, log_append_time=log_append_time)
     offsets, stamps, pointers = cols.offsets, cols.timestamps, cols.write_pointers
     ids, keys, values, headers = cols.ids, cols.keys, cols.values, cols.headers
-    for msg in messages:
+    for mid, payload, offset, publish_ts, wp, meta in rows:
         try:
-            key, hs, ts = decode_meta(msg.meta)
+            key, hs, ts = decode_meta(meta)
         except MalformedMeta:
             key, hs, ts = None, [], None  # served without it, as the Kafka fetch does
-        offsets.append(msg.offset)
-        stamps.append(msg.publish_ts if log_append_time or ts is None else ts)
-        pointers.append(msg.write_pointer or 0)
-        ids.append(bytes(msg.id))
+        offsets.append(offset)
+        stamps.append(publish_ts if log_append_time or ts is None else ts)
+        pointers.append(wp or 0)
+        ids.append(mid)
         keys.append(key)
-        values.append(msg.payload)
+        values.append(payload)
         headers.append(hs)
     return encode_columns(cols)
 
@@ -131,11 +132,11 @@ class RecordHandlers:
         res: ReadResult = self._store.read(
             tid, offset=offset, max_messages=limit, max_bytes=max_bytes, tx=tx
         )
-        messages, nxt = res.messages, res.next_offset
+        rows, nxt = res.rows, res.next_offset
         if nxt > end:
-            messages = [m for m in messages if m.offset < end]
+            rows = [r for r in rows if r[2] < end]  # (id, payload, offset, ...)
             nxt = end
-        return columns_of(messages, nxt, log_append)
+        return columns_of(rows, nxt, log_append)
 
 
 async def store_columns(

@@ -15,16 +15,16 @@ from typing import Any
 
 from tmsgate.protocol import (
     TX_HEADER,
-    FetchRecord,
     InvalidRecords,
     MalformedMeta,
+    RecordFields,
     build_batch,
     decode_meta,
     encode_meta,
     pack_timestamp_meta,
     skip_batch,
 )
-from tmsgate.storage import Entry, Message
+from tmsgate.storage import Entry, MessageRow
 
 log = logging.getLogger("tmsgate.kafka.records")
 _WP = struct.Struct(">q")
@@ -79,47 +79,54 @@ def to_entries(
     return entries, pointers.pop() if pointers else None
 
 
-def _fetch_record(msg: Message, log_append_time: bool) -> FetchRecord:
-    # Hot path: one call per fetched message.
-    try:
-        key, headers, timestamp = decode_meta(msg.meta)
-    except MalformedMeta:
-        # Not written by this gateway (or damaged): serve the value rather than
-        # wedging every consumer of the topic on one message.
-        log.warning("message at offset %d has undecodable Kafka meta; sent without it", msg.offset)
-        key, headers, timestamp = None, [], None
-    if msg.write_pointer is not None:
-        headers.append((TX_HEADER, _WP.pack(msg.write_pointer)))
-    if log_append_time or timestamp is None:
-        timestamp = msg.publish_ts
-    return FetchRecord(msg.offset, timestamp, key, msg.payload, headers)
+def _undecodable(offset: int) -> tuple[None, list[tuple[str, bytes | None]], None]:
+    # Not written by this gateway (or damaged): serve the value rather than wedging every
+    # consumer of the topic on one message.
+    log.warning("message at offset %d has undecodable Kafka meta; sent without it", offset)
+    return None, [], None
 
 
-def encode_messages(
-    messages: Sequence[Message], start: int, next_offset: int, log_append_time: bool
+def _records(rows: Sequence[MessageRow], log_append_time: bool) -> list[RecordFields]:
+    """build_batch's records for store rows (hot path: one pass per fetched message, with
+    plain tuples, not FetchRecords)."""
+    out: list[RecordFields] = []
+    add = out.append
+    for _, payload, offset, publish_ts, wp, meta in rows:
+        try:
+            key, headers, timestamp = decode_meta(meta)
+        except MalformedMeta:
+            key, headers, timestamp = _undecodable(offset)
+        if wp is not None:
+            headers.append((TX_HEADER, _WP.pack(wp)))
+        if log_append_time or timestamp is None:
+            timestamp = publish_ts
+        add((offset, timestamp, key, payload, headers))
+    return out
+
+
+def encode_rows(
+    rows: Sequence[MessageRow], start: int, next_offset: int, log_append_time: bool
 ) -> bytes:
-    """Record batches for a fetch that read ``messages`` from ``start`` up to
-    ``next_offset`` (exclusive).
+    """Record batches for a fetch that read ``rows`` (ReadResult.rows) from ``start`` up
+    to ``next_offset`` (exclusive).
 
     Offsets the read skipped (rolled back, invalid, expired) between messages are
     simply absent, as after compaction. Skipped offsets after the last message get a
     control batch (skip_batch) so that every client, librdkafka's application
     position included, moves past them instead of fetching them again."""
     chunks = []
-    if messages and not log_append_time:
-        chunks.append(build_batch([_fetch_record(m, False) for m in messages]))
-    elif messages:
+    if rows and not log_append_time:
+        chunks.append(build_batch(_records(rows, False)))
+    elif rows:
         # LogAppendTime: clients give every record its batch's max timestamp, so each
         # batch holds messages of one publish time (one store group commit).
-        group: list[FetchRecord] = []
-        group_ts = messages[0].publish_ts
-        for msg in messages:
-            if msg.publish_ts != group_ts:
-                chunks.append(build_batch(group, log_append_time=group_ts))
-                group, group_ts = [], msg.publish_ts
-            group.append(_fetch_record(msg, True))
-        chunks.append(build_batch(group, log_append_time=group_ts))
-    covered = messages[-1].offset + 1 if messages else start
+        records = _records(rows, True)
+        first = 0
+        for i in range(1, len(rows) + 1):
+            if i == len(rows) or rows[i][3] != rows[first][3]:
+                chunks.append(build_batch(records[first:i], log_append_time=rows[first][3]))
+                first = i
+    covered = rows[-1][2] + 1 if rows else start
     if next_offset > covered:
         chunks.append(skip_batch(covered, next_offset - 1))
     return b"".join(chunks)

@@ -21,7 +21,7 @@ from ...acls import Operation, ResourceType
 from ..batch_cache import BatchCache
 from ..context import RequestContext
 from ..errors import error_of
-from ..records import encode_messages
+from ..records import encode_rows
 from ..routes import Route
 from ..topics import TopicInfo
 
@@ -110,10 +110,10 @@ def _read_one(
             )
             if res.next_offset <= offset:
                 break  # nothing readable yet (or held at an open transaction)
-            chunk = encode_messages(res.messages, offset, res.next_offset, log_append)
+            chunk = encode_rows(res.rows, offset, res.next_offset, log_append)
             chunks.append(chunk)
             used += len(chunk)
-            out.messages += len(res.messages)
+            out.messages += len(res.rows)
             offset = res.next_offset
             if res.held:
                 break
