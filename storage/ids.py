@@ -188,12 +188,22 @@ class ReadResult:
     Message objects on first use. Building a MessageId and a Message per row cost about
     half of a read from the store (1.3 of 2.6 us per 1 KiB message)."""
 
-    __slots__ = ("_messages", "held", "next_offset", "rows")
+    __slots__ = ("_messages", "held", "next_offset", "rows", "settled")
 
-    def __init__(self, rows: list[MessageRow], next_offset: int, held: bool = False) -> None:
+    def __init__(
+        self,
+        rows: list[MessageRow],
+        next_offset: int,
+        held: bool = False,
+        settled: bool = False,
+    ) -> None:
         self.rows = rows
         self.next_offset = next_offset
         self.held = held
+        # Every row read was a plain message (no write pointer, no TTL of its own, no
+        # gap): reading these offsets again gives the same rows until the topic's TTL
+        # removes them, so the Kafka listener may keep their encoding (fetch read-ahead).
+        self.settled = settled
         self._messages: list[Message] | None = None
 
     @property

@@ -175,6 +175,7 @@ def read(
     how a reader without a snapshot treats a sealed reference (its transaction's state
     now)."""
     prefix, plen = st.msg_prefix, len(st.msg_prefix)
+    settled = True  # only plain rows so far (ReadResult.settled)
     floor = ttl_floor_key(st, now_ms)
     begin = max(start.key, floor)
     out: list[MessageRow] = []
@@ -221,6 +222,7 @@ def read(
         end = base + count
         if end <= skip_off:
             continue
+        settled = False
         if flags & keys.F_GAP:  # offsets without messages: pass over them
             resume = end
             continue
@@ -290,7 +292,7 @@ def read(
                 resume = max(resume, after)
         else:
             resume = first_offset_at(backend, st, begin, next_offset)
-    return ReadResult(out, resume, held)
+    return ReadResult(out, resume, held, settled and not held)
 
 
 def first_row_at(backend: Backend, st: TopicState, key: bytes) -> tuple[bytes, int] | None:

@@ -32,6 +32,7 @@ from .groups import GroupCoordinator, from_env
 from .metrics import Metrics
 from .notify import PublishNotifier
 from .producers import ProducerStates
+from .readahead import ReadAhead
 from .routes import RouteTable, default_routes
 from .topics import TopicRegistry
 from .txn import TxnConfig, TxnCoordinator
@@ -117,6 +118,7 @@ class Broker:
         self.topics = TopicRegistry(self)
         self.producers = ProducerStates(self)
         self.batch_cache = BatchCache(config.fetch_cache_bytes)
+        self.readahead = ReadAhead(store, self.batch_cache, self.metrics)
         self.users = Users(store)  # SASL credentials (blocking: call through run())
         self.authorizer = authorizer or Authorizer(
             store,
@@ -202,3 +204,4 @@ class Broker:
         if self._own_executor:
             self.executor.shutdown(wait=True)
         self.cpu_executor.shutdown(wait=True)
+        self.readahead.close()

@@ -55,6 +55,11 @@ class Metrics:
         self.fetched_messages = Counter(
             "tmsgate_kafka_fetched_messages", "Messages returned by Fetch", registry=r
         )
+        self.readahead_messages = Counter(
+            "tmsgate_kafka_fetch_readahead_messages",
+            "Messages read from the store and encoded ahead of a consumer's next fetch",
+            registry=r,
+        )
         self.partition_errors = Counter(
             "tmsgate_kafka_partition_errors",
             "Per-partition error codes returned",

@@ -104,6 +104,20 @@ def _records(rows: Sequence[MessageRow], log_append_time: bool) -> list[RecordFi
     return out
 
 
+def encode_batches(rows: Sequence[MessageRow], log_append_time: bool) -> list[bytes]:
+    """The record batches of ``rows`` (ReadResult.rows, at least one): one batch, or
+    with LogAppendTime one per publish time (clients give every record its batch's max
+    timestamp, so each batch holds messages of one store group commit)."""
+    if not log_append_time:
+        return [build_batch(_records(rows, False))]
+    records, out, first = _records(rows, True), [], 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or rows[i][3] != rows[first][3]:
+            out.append(build_batch(records[first:i], log_append_time=rows[first][3]))
+            first = i
+    return out
+
+
 def encode_rows(
     rows: Sequence[MessageRow], start: int, next_offset: int, log_append_time: bool
 ) -> bytes:
@@ -114,18 +128,7 @@ def encode_rows(
     simply absent, as after compaction. Skipped offsets after the last message get a
     control batch (skip_batch) so that every client, librdkafka's application
     position included, moves past them instead of fetching them again."""
-    chunks = []
-    if rows and not log_append_time:
-        chunks.append(build_batch(_records(rows, False)))
-    elif rows:
-        # LogAppendTime: clients give every record its batch's max timestamp, so each
-        # batch holds messages of one publish time (one store group commit).
-        records = _records(rows, True)
-        first = 0
-        for i in range(1, len(rows) + 1):
-            if i == len(rows) or rows[i][3] != rows[first][3]:
-                chunks.append(build_batch(records[first:i], log_append_time=rows[first][3]))
-                first = i
+    chunks = encode_batches(rows, log_append_time) if rows else []
     covered = rows[-1][2] + 1 if rows else start
     if next_offset > covered:
         chunks.append(skip_batch(covered, next_offset - 1))

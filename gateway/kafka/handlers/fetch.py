@@ -21,6 +21,7 @@ from ...acls import Operation, ResourceType
 from ..batch_cache import BatchCache
 from ..context import RequestContext
 from ..errors import error_of
+from ..readahead import ReadAhead
 from ..records import encode_rows
 from ..routes import Route
 from ..topics import TopicInfo
@@ -61,13 +62,15 @@ class PartRead:
 def _read_one(
     store: Any,
     cache: BatchCache,
+    ahead: ReadAhead | None,
     t: Target,
     budget: int,
     committed: bool,
     zstd_ok: bool,
     cache_only: bool = False,
 ) -> PartRead:
-    """Blocking: runs on the executor."""
+    """Blocking: runs on the executor (on the loop with ``cache_only`` or without
+    ``ahead``: a read-ahead is waited for only on the executor)."""
     info = t.info
     if info is None:
         return PartRead(t.missing)
@@ -86,7 +89,7 @@ def _read_one(
         # Alternate between produced batches still in the cache (near the head) and the
         # store (older data, transactional records), until the budget or the limit.
         chunks: list[bytes | memoryview] = []
-        offset, used, tx = t.offset, 0, None
+        offset, used, tx, waited = t.offset, 0, None, -1
         uuid, log_append = info.metadata.topic_uuid, info.config.log_append_time
         while offset < limit and (not chunks or used < max_bytes):
             cached, upto = cache.read(uuid, offset, limit, max_bytes - used, zstd_ok, not chunks)
@@ -98,6 +101,9 @@ def _read_one(
                 continue
             if cache_only:
                 break  # on the event loop: no store reads beyond the cache
+            if ahead is not None and waited != offset and ahead.wait(uuid, offset):
+                waited = offset  # the rows are being read ahead: take them from the cache
+                continue
             if committed and tx is None:
                 tx = store.transactions.snapshot()
             room = max(1, max_bytes - used)
@@ -117,6 +123,8 @@ def _read_one(
             offset = res.next_offset
             if res.held:
                 break
+        if ahead is not None:
+            ahead.after(tid, uuid, offset, nxt, max_bytes, log_append)
     except OffsetOutOfRange as exc:
         return PartRead(ErrorCode.OFFSET_OUT_OF_RANGE, exc.next_offset, -1, exc.earliest)
     except StorageError as exc:
@@ -138,6 +146,7 @@ def _near_head(store: Any, targets: list[Target]) -> bool:
 def _read_all(
     store: Any,
     cache: BatchCache,
+    ahead: ReadAhead | None,
     targets: list[Target],
     max_bytes: int,
     committed: bool,
@@ -147,7 +156,7 @@ def _read_all(
     budget = max_bytes
     out = []
     for t in targets:
-        part = _read_one(store, cache, t, budget, committed, zstd_ok, cache_only)
+        part = _read_one(store, cache, ahead, t, budget, committed, zstd_ok, cache_only)
         budget -= len(part.records)
         out.append(part)
     return out
@@ -186,18 +195,18 @@ async def _read(
     """One read round. Store reads run on the executor, except where the executor round
     trip (~0.4 ms) costs more than the read: a consumer at the head (a few messages in
     LevelDB's memtable) or one the batch cache serves from memory."""
-    store, cache = broker.store, broker.batch_cache
+    store, cache, ahead = broker.store, broker.batch_cache, broker.readahead
     if len(flat) > ON_LOOP_TARGETS:
         return await _read_chunked(broker, flat, max_bytes, committed, zstd_ok)
-    args = (store, cache, flat, max_bytes, committed, zstd_ok)
+    args = (flat, max_bytes, committed, zstd_ok)
     if _near_head(store, flat):
-        return _read_all(*args)
+        return _read_all(store, cache, None, *args)
     if all(t.info is not None and cache.covers(t.info.metadata.topic_uuid, t.offset) for t in flat):
-        reads = _read_all(*args, cache_only=True)
+        reads = _read_all(store, cache, ahead, *args, cache_only=True)
         if all(r.records or r.error for r in reads):
             return reads
         # the cache declined a partition (zstd for an old fetch, a limit): read the store
-    return await broker.run(_read_all, *args)
+    return await broker.run(_read_all, store, cache, ahead, *args)
 
 
 async def _read_chunked(
@@ -208,7 +217,7 @@ async def _read_chunked(
     at a time, and with it every other client's request."""
     out: list[PartRead] = []
     budget = max_bytes
-    args = (broker.store, broker.batch_cache)
+    args = (broker.store, broker.batch_cache, None)  # no read-ahead for 40,000 partitions
     for start in range(0, len(flat), READ_CHUNK):
         chunk = flat[start : start + READ_CHUNK]
         reads = await broker.run(_read_all, *args, chunk, budget, committed, zstd_ok)

@@ -1,0 +1,118 @@
+"""Fetch read-ahead: the next chunk of a partition a consumer reads from the store, read
+and encoded while the consumer takes the current one.
+
+Kafka answers a fetch of old data from the page cache with sendfile; the gateway reads
+rows and encodes record batches (docs/benchmarks.md: ~7 us of CPU per 1 KiB record), and
+a client fetches a partition again only once it has taken the records it has (the Java
+client, so every Spark Kafka task, does), so client and gateway took turns: each fetch
+waited for its whole read. With read-ahead, a fetch that read the store schedules the
+read of the offsets after it on a thread of its own; the batches go into the batch cache,
+where the consumer's next fetch finds them (or waits for the read in progress, rather
+than reading the same rows twice).
+
+Only settled reads are kept (storage ReadResult.settled: plain messages, which read back
+the same until the topic's TTL removes them) of CreateTime topics, which is what the
+batch cache may hold (batch_cache.py). A consumer near the head reads produced batches
+from the cache already; read-ahead starts only further back than AHEAD_MIN_LAG offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from tmsgate.storage import StorageError, Store, TopicId
+
+from .batch_cache import BatchCache
+from .metrics import Metrics
+from .records import encode_batches
+
+log = logging.getLogger("tmsgate.kafka.readahead")
+
+AHEAD_MIN_LAG = 256  # offsets behind the end below which a consumer reads produced batches
+MAX_IN_FLIGHT = 8  # reads queued or running at once, over all partitions
+WAIT_S = 5.0  # a fetch waits at most this long for a read-ahead of its offset
+MAX_MESSAGES = 50_000
+
+
+class ReadAhead:
+    """Owned by the broker (one per gateway); thread-safe."""
+
+    def __init__(self, store: Store, cache: BatchCache, metrics: Metrics) -> None:
+        self._store = store
+        self._cache = cache
+        self._metrics = metrics
+        # One thread: the reads hold the GIL while they encode, so more would not finish
+        # sooner; they would only take more turns from the event loop.
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="tmsgate-readahead")
+        self._lock = threading.Lock()
+        self._in_flight: dict[tuple[bytes, int], Future[None]] = {}
+        self._closed = False
+
+    def after(
+        self,
+        tid: TopicId,
+        uuid: bytes,
+        offset: int,
+        end: int,
+        max_bytes: int,
+        log_append_time: bool,
+    ) -> None:
+        """A fetch of ``tid`` ended at ``offset`` with ``end`` (the high watermark) ahead:
+        read from ``offset`` now unless it is cached, being read, or near the end.
+        Never blocks: callable from the event loop."""
+        if end - offset < AHEAD_MIN_LAG or log_append_time or self._cache.max_bytes <= 0:
+            return
+        if self._cache.covers(uuid, offset):
+            return
+        key = (uuid, offset)
+        with self._lock:
+            if self._closed or key in self._in_flight or len(self._in_flight) >= MAX_IN_FLIGHT:
+                return
+            fut = self._executor.submit(self._read, tid, uuid, offset, max_bytes)
+            self._in_flight[key] = fut
+        fut.add_done_callback(lambda _f: self._forget(key))
+
+    def wait(self, uuid: bytes, offset: int) -> bool:
+        """Blocking (an executor thread, never the loop): wait for a read-ahead of
+        ``offset`` in progress. -> whether there was one (the cache may now hold it)."""
+        fut = self._in_flight.get((uuid, offset))
+        if fut is None:
+            return False
+        try:
+            fut.result(timeout=WAIT_S)
+        except FutureTimeout:
+            log.warning("read-ahead of offset %d still running after %.0f s", offset, WAIT_S)
+        except Exception:  # _read logs its own failures; cancelled at shutdown
+            pass
+        return True
+
+    def _forget(self, key: tuple[bytes, int]) -> None:
+        with self._lock:
+            self._in_flight.pop(key, None)
+
+    def _read(self, tid: TopicId, uuid: bytes, offset: int, max_bytes: int) -> None:
+        try:
+            res = self._store.read(
+                tid,
+                offset=offset,
+                max_messages=min(MAX_MESSAGES, max(1, max_bytes // 16)),
+                max_bytes=max_bytes,
+            )
+        except StorageError as exc:
+            # The consumer's own fetch of these offsets reads them again and reports it.
+            log.debug("read-ahead of %s at %d failed: %s", tid, offset, exc)
+            return
+        if not res.rows or not res.settled:
+            return
+        rows = res.rows
+        [raw] = encode_batches(rows, False)
+        self._cache.put(uuid, rows[0][2], rows[-1][2] - rows[0][2] + 1, raw)
+        self._metrics.readahead_messages.inc(len(rows))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._executor.shutdown(wait=True, cancel_futures=True)
