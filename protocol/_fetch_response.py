@@ -31,7 +31,8 @@ class FetchPartition(NamedTuple):
     last_stable_offset: int
     log_start_offset: int
     aborted_transactions: Sequence[tuple[int, int]] | None  # (producer id, first offset)
-    records: bytes | bytearray | memoryview | None
+    # The record batches, as one buffer or a list of chunks to send one after another.
+    records: bytes | bytearray | memoryview | list[bytes | memoryview] | None
 
 
 class FetchTopic(NamedTuple):
@@ -91,10 +92,12 @@ def encode_fetch_response(
             if records is None:
                 parts.append(null_length(flexible))
             else:
-                parts.append(length(len(records), flexible))
-                if len(records):
+                pieces = records if isinstance(records, list) else [records]
+                size = sum(map(len, pieces))
+                parts.append(length(size, flexible))
+                if size:
                     chunks.append(b"".join(parts))
-                    chunks.append(records)
+                    chunks += pieces
                     parts = []
             if flexible:
                 parts.append(EMPTY_TAGS)

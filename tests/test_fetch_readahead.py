@@ -79,7 +79,7 @@ def test_a_consumer_far_behind_gets_every_record_once_with_read_ahead(gw: Gatewa
     assert got == [expected(i) for i in range(4000)]
     # most of the log was read ahead of the fetches that took it
     assert readahead_messages(gw) - before >= 2000
-    # a second reader of the same range (the chunks now in the batch cache) agrees
+    # a second reader of the same range agrees
     assert consume(gw.bootstrap, "ahead-plain", 4000, **{"group.id": "second"}) == got
 
 

@@ -2,18 +2,21 @@
 and encoded while the consumer takes the current one.
 
 Kafka answers a fetch of old data from the page cache with sendfile; the gateway reads
-rows and encodes record batches (docs/benchmarks.md: ~7 us of CPU per 1 KiB record), and
-a client fetches a partition again only once it has taken the records it has (the Java
-client, so every Spark Kafka task, does), so client and gateway took turns: each fetch
-waited for its whole read. With read-ahead, a fetch that read the store schedules the
-read of the offsets after it on a thread of its own; the batches go into the batch cache,
-where the consumer's next fetch finds them (or waits for the read in progress, rather
-than reading the same rows twice).
+rows and encodes record batches (docs/benchmarks.md: several us of CPU per 1 KiB record),
+and the Java client (so every Spark Kafka task) fetches a partition again only once it has
+taken the records it has, so client and gateway took turns: each fetch waited for its
+whole read. With read-ahead, a fetch that ends well behind the head schedules the read of
+the offsets after it on a thread of its own; the consumer's next fetch takes that chunk
+(or waits for the read in progress, rather than reading the same rows twice).
+
+A chunk is kept here, for the one fetch that takes it, not in the batch cache: the cache
+would keep every chunk read (hundreds of MB for one pass over old data), and on this VM
+backing fresh memory cost more than reading the rows (83k page faults per 300k records).
 
 Only settled reads are kept (storage ReadResult.settled: plain messages, which read back
-the same until the topic's TTL removes them) of CreateTime topics, which is what the
-batch cache may hold (batch_cache.py). A consumer near the head reads produced batches
-from the cache already; read-ahead starts only further back than AHEAD_MIN_LAG offsets.
+the same until the topic's TTL removes them) of CreateTime topics. A consumer near the
+head reads produced batches from the batch cache; read-ahead starts only further back
+than AHEAD_MIN_LAG offsets.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ log = logging.getLogger("tmsgate.kafka.readahead")
 
 AHEAD_MIN_LAG = 256  # offsets behind the end below which a consumer reads produced batches
 MAX_IN_FLIGHT = 8  # reads queued or running at once, over all partitions
+MAX_READY = 16  # chunks read and not yet taken (the oldest go first)
 WAIT_S = 5.0  # a fetch waits at most this long for a read-ahead of its offset
 MAX_MESSAGES = 50_000
 
@@ -49,6 +53,8 @@ class ReadAhead:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="tmsgate-readahead")
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[bytes, int], Future[None]] = {}
+        # (topic uuid, offset) -> (the batch, the offset after it, messages in it)
+        self._ready: dict[tuple[bytes, int], tuple[bytes, int, int]] = {}
         self._closed = False
 
     def after(
@@ -63,31 +69,46 @@ class ReadAhead:
         """A fetch of ``tid`` ended at ``offset`` with ``end`` (the high watermark) ahead:
         read from ``offset`` now unless it is cached, being read, or near the end.
         Never blocks: callable from the event loop."""
-        if end - offset < AHEAD_MIN_LAG or log_append_time or self._cache.max_bytes <= 0:
+        if end - offset < AHEAD_MIN_LAG or log_append_time:
             return
         if self._cache.covers(uuid, offset):
             return
         key = (uuid, offset)
         with self._lock:
-            if self._closed or key in self._in_flight or len(self._in_flight) >= MAX_IN_FLIGHT:
+            if self._closed or key in self._in_flight or key in self._ready:
+                return
+            if len(self._in_flight) >= MAX_IN_FLIGHT:
                 return
             fut = self._executor.submit(self._read, tid, uuid, offset, max_bytes)
             self._in_flight[key] = fut
         fut.add_done_callback(lambda _f: self._forget(key))
 
-    def wait(self, uuid: bytes, offset: int) -> bool:
-        """Blocking (an executor thread, never the loop): wait for a read-ahead of
-        ``offset`` in progress. -> whether there was one (the cache may now hold it)."""
-        fut = self._in_flight.get((uuid, offset))
-        if fut is None:
-            return False
-        try:
-            fut.result(timeout=WAIT_S)
-        except FutureTimeout:
-            log.warning("read-ahead of offset %d still running after %.0f s", offset, WAIT_S)
-        except Exception:  # _read logs its own failures; cancelled at shutdown
-            pass
-        return True
+    def ready(self, uuid: bytes, offset: int) -> bool:
+        """Whether a chunk from ``offset`` waits to be taken (cheap; take() may decline)."""
+        return (uuid, offset) in self._ready
+
+    def take(
+        self, uuid: bytes, offset: int, limit: int, wait: bool
+    ) -> tuple[bytes, int, int] | None:
+        """The chunk read ahead from ``offset``: (batch, offset after it, messages), or None.
+        ``wait`` (an executor thread, never the loop): first wait for a read of it still
+        in progress. A chunk reaching ``limit`` (a read_committed fetch's last stable
+        offset) is not for this fetch."""
+        key = (uuid, offset)
+        fut = self._in_flight.get(key) if wait else None
+        if fut is not None:
+            try:
+                fut.result(timeout=WAIT_S)
+            except FutureTimeout:
+                log.warning("read-ahead of offset %d still running after %.0f s", offset, WAIT_S)
+            except Exception:  # _read logs its own failures; cancelled at shutdown
+                pass
+        with self._lock:
+            got = self._ready.get(key)
+            if got is None or got[1] > limit:
+                return None
+            del self._ready[key]
+        return got
 
     def _forget(self, key: tuple[bytes, int]) -> None:
         with self._lock:
@@ -109,7 +130,10 @@ class ReadAhead:
             return
         rows = res.rows
         [raw] = encode_batches(rows, False)
-        self._cache.put(uuid, rows[0][2], rows[-1][2] - rows[0][2] + 1, raw)
+        with self._lock:
+            while len(self._ready) >= MAX_READY:  # never taken: the oldest go
+                del self._ready[next(iter(self._ready))]
+            self._ready[(uuid, offset)] = (raw, rows[-1][2] + 1, len(rows))
         self._metrics.readahead_messages.inc(len(rows))
 
     def close(self) -> None:

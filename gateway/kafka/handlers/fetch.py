@@ -11,7 +11,7 @@ session id 0, which clients take as "no session" and keep sending full fetches.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tmsgate.protocol import ApiKey, ErrorCode, FetchPartition, FetchResult, FetchTopic
@@ -55,7 +55,10 @@ class PartRead:
     high_watermark: int = -1
     last_stable: int = -1
     log_start: int = -1
-    records: bytes = b""
+    # The partition's record batches as chunks, written out as they are: joining them
+    # would copy every fetched byte once more (a cache hit is a view of a produced batch).
+    records: list[bytes | memoryview] = field(default_factory=list)
+    size: int = 0  # bytes in records
     messages: int = 0
 
 
@@ -70,7 +73,7 @@ def _read_one(
     cache_only: bool = False,
 ) -> PartRead:
     """Blocking: runs on the executor (on the loop with ``cache_only`` or without
-    ``ahead``: a read-ahead is waited for only on the executor)."""
+    ``ahead``: a read-ahead in progress is waited for only on the executor)."""
     info = t.info
     if info is None:
         return PartRead(t.missing)
@@ -89,7 +92,7 @@ def _read_one(
         # Alternate between produced batches still in the cache (near the head) and the
         # store (older data, transactional records), until the budget or the limit.
         chunks: list[bytes | memoryview] = []
-        offset, used, tx, waited = t.offset, 0, None, -1
+        offset, used, tx = t.offset, 0, None
         uuid, log_append = info.metadata.topic_uuid, info.config.log_append_time
         while offset < limit and (not chunks or used < max_bytes):
             cached, upto = cache.read(uuid, offset, limit, max_bytes - used, zstd_ok, not chunks)
@@ -99,11 +102,19 @@ def _read_one(
                 out.messages += upto - offset
                 offset = upto
                 continue
+            # A chunk read ahead opens a partition's answer (it was read for a fetch from
+            # exactly here, with this fetch's size).
+            got = None
+            if ahead is not None and not chunks:
+                got = ahead.take(uuid, offset, limit, not cache_only)
+            if got is not None:
+                chunk, offset, count = got
+                chunks.append(chunk)
+                used += len(chunk)
+                out.messages += count
+                continue
             if cache_only:
                 break  # on the event loop: no store reads beyond the cache
-            if ahead is not None and waited != offset and ahead.wait(uuid, offset):
-                waited = offset  # the rows are being read ahead: take them from the cache
-                continue
             if committed and tx is None:
                 tx = store.transactions.snapshot()
             room = max(1, max_bytes - used)
@@ -129,7 +140,7 @@ def _read_one(
         return PartRead(ErrorCode.OFFSET_OUT_OF_RANGE, exc.next_offset, -1, exc.earliest)
     except StorageError as exc:
         return PartRead(error_of(exc, f"fetch from {tid}")[0])
-    out.records = b"".join(chunks)
+    out.records, out.size = chunks, sum(map(len, chunks))
     return out
 
 
@@ -157,7 +168,7 @@ def _read_all(
     out = []
     for t in targets:
         part = _read_one(store, cache, ahead, t, budget, committed, zstd_ok, cache_only)
-        budget -= len(part.records)
+        budget -= part.size
         out.append(part)
     return out
 
@@ -201,12 +212,17 @@ async def _read(
     args = (flat, max_bytes, committed, zstd_ok)
     if _near_head(store, flat):
         return _read_all(store, cache, None, *args)
-    if all(t.info is not None and cache.covers(t.info.metadata.topic_uuid, t.offset) for t in flat):
+    if all(t.info is not None and _in_memory(cache, ahead, t) for t in flat):
         reads = _read_all(store, cache, ahead, *args, cache_only=True)
-        if all(r.records or r.error for r in reads):
+        if all(r.size or r.error for r in reads):
             return reads
         # the cache declined a partition (zstd for an old fetch, a limit): read the store
     return await broker.run(_read_all, store, cache, ahead, *args)
+
+
+def _in_memory(cache: BatchCache, ahead: ReadAhead, t: Target) -> bool:
+    uuid = t.info.metadata.topic_uuid  # type: ignore[union-attr]
+    return cache.covers(uuid, t.offset) or ahead.ready(uuid, t.offset)
 
 
 async def _read_chunked(
@@ -221,7 +237,7 @@ async def _read_chunked(
     for start in range(0, len(flat), READ_CHUNK):
         chunk = flat[start : start + READ_CHUNK]
         reads = await broker.run(_read_all, *args, chunk, budget, committed, zstd_ok)
-        budget -= sum(len(r.records) for r in reads)
+        budget -= sum(r.size for r in reads)
         out += reads
     return out
 
@@ -230,7 +246,7 @@ async def _summary(broker: Any, reads: list[PartRead]) -> tuple[int, bool]:
     """(bytes read, whether any partition failed), without holding the loop for long."""
     size, failed = 0, False
     async for r in broker.paced(reads):
-        size += len(r.records)
+        size += r.size
         failed = failed or bool(r.error)
     return size, failed
 
