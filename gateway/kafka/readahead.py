@@ -37,6 +37,7 @@ log = logging.getLogger("tmsgate.kafka.readahead")
 AHEAD_MIN_LAG = 256  # offsets behind the end below which a consumer reads produced batches
 MAX_IN_FLIGHT = 8  # reads queued or running at once, over all partitions
 MAX_READY = 16  # chunks read and not yet taken (the oldest go first)
+MAX_CHUNK_BYTES = 4 << 20  # a fetch asking for more reads the rest itself: memory stays bounded
 WAIT_S = 5.0  # a fetch waits at most this long for a read-ahead of its offset
 MAX_MESSAGES = 50_000
 
@@ -79,7 +80,8 @@ class ReadAhead:
                 return
             if len(self._in_flight) >= MAX_IN_FLIGHT:
                 return
-            fut = self._executor.submit(self._read, tid, uuid, offset, max_bytes)
+            size = min(max_bytes, MAX_CHUNK_BYTES)
+            fut = self._executor.submit(self._read, tid, uuid, offset, size)
             self._in_flight[key] = fut
         fut.add_done_callback(lambda _f: self._forget(key))
 
