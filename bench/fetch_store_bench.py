@@ -40,23 +40,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 from kafka_clients_bench import free_port, stop, wait_for_port  # noqa: E402
-from spark_bench import JAVA_CP, consume, fill, java_ranges, log  # noqa: E402
+from spark_bench import JAVA_CP, consume, fill, java_ranges, log, serve_command  # noqa: E402
 
 
 @contextlib.contextmanager
 def gateway(store_dir: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
-    cmd = [
-        str(Path(sys.executable).with_name("tmsgate")),
-        "serve",
-        "--store",
-        f"leveldb://{store_dir}",
-        "--kafka-listen",
-        f"127.0.0.1:{port}",
-        "--no-http",
-        "--log-level",
-        "WARNING",
-    ]
+    cmd = serve_command(store_dir, port, None)
     proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(proc, ("127.0.0.1", port))

@@ -58,21 +58,26 @@ def log(msg: str) -> None:
 
 
 @contextlib.contextmanager
+def serve_command(store_dir: str, kafka_port: int, http_port: int | None) -> list[str]:
+    """`tmsgate serve` on a LevelDB store, its Kafka listener, and HTTP (or none)."""
+    http = ["--http-listen", f"127.0.0.1:{http_port}"] if http_port else ["--no-http"]
+    return [
+        str(Path(sys.executable).with_name("tmsgate")),
+        "serve",
+        "--store",
+        f"leveldb://{store_dir}",
+        "--kafka-listen",
+        f"127.0.0.1:{kafka_port}",
+        *http,
+        "--log-level",
+        "WARNING",
+    ]
+
+
 def own_gateway() -> Iterator[tuple[str, str]]:
     with tempfile.TemporaryDirectory(prefix="tmsgate-spark-bench-") as workdir:
         kafka_port, http_port = free_port(), free_port()
-        cmd = [
-            str(Path(sys.executable).with_name("tmsgate")),
-            "serve",
-            "--store",
-            f"leveldb://{workdir}/store",
-            "--kafka-listen",
-            f"127.0.0.1:{kafka_port}",
-            "--http-listen",
-            f"127.0.0.1:{http_port}",
-            "--log-level",
-            "WARNING",
-        ]
+        cmd = serve_command(f"{workdir}/store", kafka_port, http_port)
         proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
         try:
             wait_for_port(proc, ("127.0.0.1", kafka_port))
