@@ -57,7 +57,6 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
 def serve_command(store_dir: str, kafka_port: int, http_port: int | None) -> list[str]:
     """`tmsgate serve` on a LevelDB store, its Kafka listener, and HTTP (or none)."""
     http = ["--http-listen", f"127.0.0.1:{http_port}"] if http_port else ["--no-http"]
@@ -74,6 +73,7 @@ def serve_command(store_dir: str, kafka_port: int, http_port: int | None) -> lis
     ]
 
 
+@contextlib.contextmanager
 def own_gateway() -> Iterator[tuple[str, str]]:
     with tempfile.TemporaryDirectory(prefix="tmsgate-spark-bench-") as workdir:
         kafka_port, http_port = free_port(), free_port()
