@@ -14,9 +14,10 @@ would keep every chunk read (hundreds of MB for one pass over old data), and on 
 backing fresh memory cost more than reading the rows (83k page faults per 300k records).
 
 Only settled reads are kept (storage ReadResult.settled: plain messages, which read back
-the same until the topic's TTL removes them) of CreateTime topics. A consumer near the
-head reads produced batches from the batch cache; read-ahead starts only further back
-than AHEAD_MIN_LAG offsets.
+the same until the topic's TTL removes them) of CreateTime topics; where a read finds
+transactional records, no read-ahead is tried again below the offset it reached. A
+consumer near the head reads produced batches from the batch cache; read-ahead starts
+only further back than AHEAD_MIN_LAG offsets.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ log = logging.getLogger("tmsgate.kafka.readahead")
 AHEAD_MIN_LAG = 256  # offsets behind the end below which a consumer reads produced batches
 MAX_IN_FLIGHT = 8  # reads queued or running at once, over all partitions
 MAX_READY = 16  # chunks read and not yet taken (the oldest go first)
+MAX_UNSETTLED = 10_000  # topics remembered as having transactional records ahead
 MAX_CHUNK_BYTES = 4 << 20  # a fetch asking for more reads the rest itself: memory stays bounded
 WAIT_S = 5.0  # a fetch waits at most this long for a read-ahead of its offset
 MAX_MESSAGES = 50_000
@@ -56,6 +58,9 @@ class ReadAhead:
         self._in_flight: dict[tuple[bytes, int], Future[None]] = {}
         # (topic uuid, offset) -> (the batch, the offset after it, messages in it)
         self._ready: dict[tuple[bytes, int], tuple[bytes, int, int]] = {}
+        # topic uuid -> the offset a read ahead found unsettled rows below (transactional
+        # records): no read-ahead there again, where it would only be thrown away
+        self._unsettled: dict[bytes, int] = {}
         self._closed = False
 
     def after(
@@ -67,12 +72,13 @@ class ReadAhead:
         max_bytes: int,
         log_append_time: bool,
     ) -> None:
-        """A fetch of ``tid`` ended at ``offset`` with ``end`` (the high watermark) ahead:
-        read from ``offset`` now unless it is cached, being read, or near the end.
-        Never blocks: callable from the event loop."""
+        """A fetch of ``tid`` ended at ``offset`` with ``end`` ahead (its limit: the high
+        watermark, or a read_committed reader's last stable offset): read from ``offset``
+        now unless it is cached, being read, near the end, or where a read ahead found
+        transactional records before. Never blocks: callable from the event loop."""
         if end - offset < AHEAD_MIN_LAG or log_append_time:
             return
-        if self._cache.covers(uuid, offset):
+        if offset < self._unsettled.get(uuid, -1) or self._cache.covers(uuid, offset):
             return
         key = (uuid, offset)
         with self._lock:
@@ -129,6 +135,10 @@ class ReadAhead:
             log.debug("read-ahead of %s at %d failed: %s", tid, offset, exc)
             return
         if not res.rows or not res.settled:
+            with self._lock:
+                if len(self._unsettled) >= MAX_UNSETTLED:
+                    self._unsettled.clear()
+                self._unsettled[uuid] = max(res.next_offset, offset + 1)
             return
         rows = res.rows
         [raw] = encode_batches(rows, False)

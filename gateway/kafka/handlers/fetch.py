@@ -134,8 +134,8 @@ def _read_one(
             offset = res.next_offset
             if res.held:
                 break
-        if ahead is not None:
-            ahead.after(tid, uuid, offset, nxt, max_bytes, log_append)
+        if ahead is not None:  # up to the limit: never past a read_committed reader's LSO
+            ahead.after(tid, uuid, offset, limit, max_bytes, log_append)
     except OffsetOutOfRange as exc:
         return PartRead(ErrorCode.OFFSET_OUT_OF_RANGE, exc.next_offset, -1, exc.earliest)
     except StorageError as exc:
