@@ -32,7 +32,7 @@ class FetchPartition(NamedTuple):
     log_start_offset: int
     aborted_transactions: Sequence[tuple[int, int]] | None  # (producer id, first offset)
     # The record batches, as one buffer or a list of chunks to send one after another.
-    records: bytes | bytearray | memoryview | list[bytes | memoryview] | None
+    records: bytes | bytearray | memoryview | list[bytes | bytearray | memoryview] | None
 
 
 class FetchTopic(NamedTuple):

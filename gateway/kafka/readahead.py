@@ -57,7 +57,7 @@ class ReadAhead:
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[bytes, int], Future[None]] = {}
         # (topic uuid, offset) -> (the batch, the offset after it, messages in it)
-        self._ready: dict[tuple[bytes, int], tuple[bytes, int, int]] = {}
+        self._ready: dict[tuple[bytes, int], tuple[bytearray, int, int]] = {}
         # topic uuid -> the offset a read ahead found unsettled rows below (transactional
         # records): no read-ahead there again, where it would only be thrown away
         self._unsettled: dict[bytes, int] = {}
@@ -97,7 +97,7 @@ class ReadAhead:
 
     def take(
         self, uuid: bytes, offset: int, limit: int, wait: bool
-    ) -> tuple[bytes, int, int] | None:
+    ) -> tuple[bytearray, int, int] | None:
         """The chunk read ahead from ``offset``: (batch, offset after it, messages), or None.
         ``wait`` (an executor thread, never the loop): first wait for a read of it still
         in progress. A chunk reaching ``limit`` (a read_committed fetch's last stable

@@ -104,7 +104,7 @@ def _records(rows: Sequence[MessageRow], log_append_time: bool) -> list[RecordFi
     return out
 
 
-def encode_batches(rows: Sequence[MessageRow], log_append_time: bool) -> list[bytes]:
+def encode_batches(rows: Sequence[MessageRow], log_append_time: bool) -> list[bytearray]:
     """The record batches of ``rows`` (ReadResult.rows, at least one): one batch, or
     with LogAppendTime one per publish time (clients give every record its batch's max
     timestamp, so each batch holds messages of one store group commit)."""
@@ -120,16 +120,19 @@ def encode_batches(rows: Sequence[MessageRow], log_append_time: bool) -> list[by
 
 def encode_rows(
     rows: Sequence[MessageRow], start: int, next_offset: int, log_append_time: bool
-) -> bytes:
+) -> list[bytes | bytearray]:
     """Record batches for a fetch that read ``rows`` (ReadResult.rows) from ``start`` up
-    to ``next_offset`` (exclusive).
+    to ``next_offset`` (exclusive), as chunks to send one after another (not joined: a
+    copy of a 1 MB answer costs fresh memory, protocol.build_batch).
 
     Offsets the read skipped (rolled back, invalid, expired) between messages are
     simply absent, as after compaction. Skipped offsets after the last message get a
     control batch (skip_batch) so that every client, librdkafka's application
     position included, moves past them instead of fetching them again."""
-    chunks = encode_batches(rows, log_append_time) if rows else []
+    chunks: list[bytes | bytearray] = []
+    if rows:
+        chunks += encode_batches(rows, log_append_time)
     covered = rows[-1][2] + 1 if rows else start
     if next_offset > covered:
         chunks.append(skip_batch(covered, next_offset - 1))
-    return b"".join(chunks)
+    return chunks

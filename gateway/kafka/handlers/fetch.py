@@ -57,7 +57,7 @@ class PartRead:
     log_start: int = -1
     # The partition's record batches as chunks, written out as they are: joining them
     # would copy every fetched byte once more (a cache hit is a view of a produced batch).
-    records: list[bytes | memoryview] = field(default_factory=list)
+    records: list[bytes | bytearray | memoryview] = field(default_factory=list)
     size: int = 0  # bytes in records
     messages: int = 0
 
@@ -91,7 +91,7 @@ def _read_one(
         max_bytes = max(1, min(t.max_bytes, budget))
         # Alternate between produced batches still in the cache (near the head) and the
         # store (older data, transactional records), until the budget or the limit.
-        chunks: list[bytes | memoryview] = []
+        chunks: list[bytes | bytearray | memoryview] = []
         offset, used, tx = t.offset, 0, None
         uuid, log_append = info.metadata.topic_uuid, info.config.log_append_time
         while offset < limit and (not chunks or used < max_bytes):
@@ -127,9 +127,9 @@ def _read_one(
             )
             if res.next_offset <= offset:
                 break  # nothing readable yet (or held at an open transaction)
-            chunk = encode_rows(res.rows, offset, res.next_offset, log_append)
-            chunks.append(chunk)
-            used += len(chunk)
+            batches = encode_rows(res.rows, offset, res.next_offset, log_append)
+            chunks += batches
+            used += sum(map(len, batches))
             out.messages += len(res.rows)
             offset = res.next_offset
             if res.held:
