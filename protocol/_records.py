@@ -201,12 +201,11 @@ def build_batch(
 
     Encoded here rather than with aiokafka's DefaultRecordBatchBuilder, whose bytes it
     matches exactly (tests/test_protocol_records.py): every record a fetch serves from the
-    store passes through this loop. Appended to one buffer, which is returned as it is:
-    on the 2-core VM of docs/benchmarks.md, backing fresh memory costs more than writing
-    it, so each further copy of a 1 MB batch (a join, bytes() of the buffer) cost about
-    1 us per 1 KiB record. 1,000 records of 1 KiB with keys: 3.8 us per record with the
-    builder and joins, 1.3 us here (bench/fetch_store_bench.py times the whole fetch
-    encoding)."""
+    store passes through this loop, and on the 2-core VM of docs/benchmarks.md the
+    builder's append cost 2.7 us per 1 KiB record against 1.2-1.9 us here (1,000-record
+    batches). The records go into one buffer, which is returned as it is: there, backing
+    fresh memory costs more than writing it, so every further copy of a 1 MB batch (a
+    join, bytes() of the buffer) would add a few tenths of a microsecond per record."""
     if not records:
         raise ValueError("use empty_batch() for a batch without records")
     base, first_ts = records[0][0], records[0][1]
