@@ -464,7 +464,7 @@ def test_sigkilled_copy_to_a_store_continues_where_the_store_ends(
     at = [int(x) for x in re.findall(r"target at (\d+),", plan.out)]
     assert len(at) == 2 and 0 < sum(at) < BIG_RECORDS, plan
     run = migrate(tmp_path, *args, "--verify")
-    assert run.rc == 0, run
+    assert run.rc == 0, str(run)[-6000:]
     assert set(run.verify_rows().values()) == {"ok"} and len(run.verify_rows()) == 2, run
     assert run.copied >= BIG_RECORDS - sum(at), (at, str(run))
     store.start()

@@ -205,8 +205,17 @@ def _prepare_migrated(
             entries, _ = to_entries(batch.records, pointers_in_header=False)
         except ProtocolError as exc:
             return _fail(getattr(exc, "code", ErrorCode.INVALID_RECORD), str(exc))
-        items += zip([r.offset for r in batch.records], entries, strict=True)
-        records += len(entries)
+        # A batch may reach back before the end of the ones before it: a tmsgate source
+        # answers a fetch with the whole produced batch holding the fetch offset, and a
+        # migration gathers several fetches into one request. Its records there are the
+        # ones already taken (the same source offsets): keep each offset once.
+        kept = [
+            (r.offset, entry)
+            for r, entry in zip(batch.records, entries, strict=True)
+            if r.offset >= expected
+        ]
+        items += kept
+        records += len(kept)
         size += batch.size
         expected = max(expected, batch_next_offset(view))
     try:
