@@ -109,7 +109,7 @@ class ReadAhead:
                 fut.result(timeout=WAIT_S)
             except FutureTimeout:
                 log.warning("read-ahead of offset %d still running after %.0f s", offset, WAIT_S)
-            except Exception:  # _read logs its own failures; cancelled at shutdown
+            except Exception:  # cancelled at shutdown (_read logs its own failures)
                 pass
         with self._lock:
             got = self._ready.get(key)
@@ -123,6 +123,12 @@ class ReadAhead:
             self._in_flight.pop(key, None)
 
     def _read(self, tid: TopicId, uuid: bytes, offset: int, max_bytes: int) -> None:
+        try:
+            self._read_chunk(tid, uuid, offset, max_bytes)
+        except Exception:  # the consumer's own fetch reads these offsets; it goes on
+            log.exception("read-ahead of %s at %d failed unexpectedly", tid, offset)
+
+    def _read_chunk(self, tid: TopicId, uuid: bytes, offset: int, max_bytes: int) -> None:
         try:
             res = self._store.read(
                 tid,
