@@ -34,14 +34,11 @@ _LENGTH_MAGIC = struct.Struct(">i4xb")  # Length, (leader epoch), Magic at offse
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
-_ATTRS_LOD = struct.Struct(">hi")  # attributes, last offset delta at offset 21
-_MAX_TS_AT = 35
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 COMPRESSION_MASK = 0x07
 NO_LEADER_EPOCH = -1
-_MAX_BATCH = (1 << 31) - 1
 
 
 @dataclass(slots=True)
