@@ -1,7 +1,7 @@
 """Kafka many-topics benchmark: one confluent-kafka producer spread over T topics.
 
     .venv/bin/python bench/kafka_topics_bench.py [--topics 1,100,1000,10000]
-                                                 [--messages-scale 1.0]
+                                                 [--messages-scale 1.0] [--client java]
                                                  [--bootstrap host:port [--pid PID]] [--json]
 
 Without --bootstrap it starts its own `tmsgate serve` on a temporary LevelDB directory
@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import json
 import os
+import subprocess
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -48,8 +49,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_clients_bench import ck_common, log, self_started_gateway, setup_logging
 
 VALUE_BYTES = 1024
+REPO = Path(__file__).resolve().parent.parent
+JAVA_CP = f"{REPO}/bench/java/build:{REPO}/compat-tests/java/lib/*"
 CREATE_CHUNK = 500  # topics per CreateTopics request
 STALL_S = 60.0  # no delivery progress for this long is a failure, not a slow result
+# The warm-up at 10,000 topics waits on librdkafka's Metadata requests (~200 of them, each
+# answered in 0.1-1.4 s by the gateway at that topic count) with no delivery for up to a
+# minute: slow, not stuck, and outside the timing.
+WARMUP_STALL_S = 240.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -144,6 +151,7 @@ def send(
     value: bytes,
     what: str,
     partition: int = 0,
+    stall_s: float = STALL_S,
 ) -> None:
     """Produce n records round-robin over `names`, flush, check every delivery report.
     ``partition`` -1: librdkafka's partitioner picks (keyless: sticky batches)."""
@@ -156,8 +164,8 @@ def send(
         now = time.monotonic()
         if done.ok + done.failed > last:
             last, since = done.ok + done.failed, now
-        elif now - since > STALL_S:
-            raise RuntimeError(f"{what}: no delivery progress for {STALL_S:.0f} s at {last}")
+        elif now - since > stall_s:
+            raise RuntimeError(f"{what}: no delivery progress for {stall_s:.0f} s at {last}")
 
     for i in range(n):
         topic = names[i % t]
@@ -205,7 +213,7 @@ def run_phase(
     log(f"T={t:>6,}: created in {create_s:.1f} s; warming the producer (1 record per topic)")
     producer = confluent_kafka.Producer({**ck_common(bootstrap), **producer_config})
     warm_started = time.perf_counter()
-    send(producer, names, t * partitions, value, f"warm-up T={t}", target)
+    send(producer, names, t * partitions, value, f"warm-up T={t}", target, WARMUP_STALL_S)
     warmup_s = time.perf_counter() - warm_started
     log(f"T={t:>6,}: warmed up in {warmup_s:.1f} s; timing {n:,} records")
 
@@ -235,6 +243,50 @@ def run_phase(
     )
     cpu = "" if broker_cpu is None else f", broker {phase.broker_us_per_msg} us/msg"
     log(f"T={t:>6,}: {n:,} msgs in {seconds:.2f} s = {phase.msgs_s:,} msgs/s{cpu}")
+    return phase
+
+
+def run_java_phase(bootstrap: str, pid: int | None, t: int, n: int, run_id: str) -> Phase:
+    """run_phase with the Java producer (bench/java/ManyTopicsProduce.java): it packs the
+    partitions of one broker into one ProduceRequest, where librdkafka sends one each."""
+    prefix = f"tb-{run_id}-t{t}-"
+    names = [f"{prefix}{i:05d}" for i in range(t)]
+    log(f"T={t:>6,}: creating {t:,} topics (Java producer) ...")
+    create_s = create_topics(bootstrap, names)
+    warm_started = time.perf_counter()
+    with subprocess.Popen(
+        ["java", "-cp", JAVA_CP, "ManyTopicsProduce", bootstrap, prefix, str(t), str(n)],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        if line != "timing":
+            raise RuntimeError(f"ManyTopicsProduce: expected 'timing', got {line!r}")
+        warmup_s = time.perf_counter() - warm_started
+        log(f"T={t:>6,}: Java producer warmed up in {warmup_s:.1f} s; timing {n:,} records")
+        broker_before = proc_cpu_seconds(pid) if pid else None
+        result = json.loads(proc.stdout.readline())
+        broker_cpu = (
+            proc_cpu_seconds(pid) - broker_before if pid and broker_before is not None else None
+        )
+    if proc.returncode != 0:
+        raise RuntimeError(f"ManyTopicsProduce exited with {proc.returncode}")
+    seconds = float(result["seconds"])
+    phase = Phase(
+        topics=t,
+        messages=n,
+        seconds=round(seconds, 3),
+        msgs_s=round(n / seconds),
+        broker_cpu_s=None if broker_cpu is None else round(broker_cpu, 2),
+        broker_us_per_msg=None if broker_cpu is None else round(broker_cpu / n * 1e6, 1),
+        broker_cores=None if broker_cpu is None else round(broker_cpu / seconds, 2),
+        client_us_per_msg=round(float(result["cpu_seconds"]) / n * 1e6, 1),
+        create_topics_s=round(create_s, 1),
+        warmup_s=round(warmup_s, 2),
+    )
+    cpu = "" if broker_cpu is None else f", broker {phase.broker_us_per_msg} us/msg"
+    log(f"T={t:>6,}: {n:,} msgs in {seconds:.2f} s = {phase.msgs_s:,} msgs/s{cpu} (Java)")
     return phase
 
 
@@ -282,6 +334,14 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--partitions", type=int, default=1, help="partitions of every topic (default 1)"
     )
+    ap.add_argument(
+        "--client",
+        choices=["confluent", "java"],
+        default="confluent",
+        help="the producer: confluent-kafka (one partition per ProduceRequest) or the Java "
+        "client (every partition of the broker in one request; bench/java/ManyTopicsProduce"
+        ".java, compiled on first use; one partition per topic)",
+    )
     ap.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
     args = ap.parse_args()
     try:
@@ -292,6 +352,8 @@ def parse_args() -> argparse.Namespace:
         ap.error("--topics needs at least one count, each >= 1")
     if args.messages_scale <= 0:
         ap.error("--messages-scale must be > 0")
+    if args.client == "java" and (args.partitions != 1 or args.batch_messages):
+        ap.error("--client java takes neither --partitions nor --batch-messages")
     if args.pid and not args.bootstrap:
         ap.error("--pid goes with --bootstrap (the self-started gateway is found by itself)")
     return args
@@ -321,6 +383,14 @@ def main() -> None:
     if args.batch_messages:
         producer_config["batch.num.messages"] = args.batch_messages
     summary["producer_config"] = producer_config
+    summary["client"] = args.client
+    if args.client == "java":
+        subprocess.run(["bash", str(REPO / "compat-tests/java/build.sh")], check=True, stdout=2)
+        subprocess.run(
+            ["javac", "-d", str(REPO / "bench/java/build"), "-cp", JAVA_CP,
+             str(REPO / "bench/java/ManyTopicsProduce.java")],
+            check=True,
+        )  # fmt: skip
     gateway: dict[str, object] = {}
     phases: list[Phase] = []
     with contextlib.ExitStack() as stack:
@@ -336,9 +406,12 @@ def main() -> None:
         summary["broker_pid"] = pid
         for t in args.topic_counts:
             n = max(t, round(default_messages(t) * args.messages_scale))
-            phases.append(
-                run_phase(bootstrap, pid, t, n, value, run_id, producer_config, args.partitions)
-            )
+            if args.client == "java":
+                phases.append(run_java_phase(bootstrap, pid, t, n, run_id))
+            else:
+                phases.append(
+                    run_phase(bootstrap, pid, t, n, value, run_id, producer_config, args.partitions)
+                )
     log("")
     log(table(phases))
     summary["phases"] = [asdict(p) for p in phases]
