@@ -31,6 +31,13 @@ from ._errors import (
 )
 from ._fetch_response import FetchPartition, FetchResult, FetchTopic, encode_fetch_response
 from ._meta import decode_meta, encode_meta, meta_timestamp, pack_timestamp_meta
+from ._metadata_response import (
+    MetadataBroker,
+    MetadataPartition,
+    MetadataResult,
+    MetadataTopic,
+    encode_metadata_response,
+)
 from ._produce_response import (
     PartitionResult,
     ProduceResult,
@@ -72,6 +79,10 @@ __all__ = [
     "KafkaConnection",
     "MalformedMeta",
     "MalformedRequest",
+    "MetadataBroker",
+    "MetadataPartition",
+    "MetadataResult",
+    "MetadataTopic",
     "PartitionResult",
     "ProduceResult",
     "ProducedBatch",
@@ -92,6 +103,7 @@ __all__ = [
     "empty_batch",
     "encode_fetch_response",
     "encode_meta",
+    "encode_metadata_response",
     "encode_produce_response",
     "encode_response",
     "meta_timestamp",

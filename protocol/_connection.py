@@ -17,6 +17,7 @@ from kafka.protocol.api_message import ApiMessage
 from ._apis import decodable_versions, is_flexible_request, request_class, request_classes
 from ._errors import ConnectionClosed, FrameTooLarge, MalformedRequest
 from ._fetch_response import FetchResult
+from ._metadata_response import MetadataResult
 from ._nulls import check_nulls
 from ._produce_response import ProduceResult
 
@@ -272,11 +273,12 @@ def response_class(api_key: int, api_version: int) -> type[ApiMessage]:
 
 
 def encode_response(
-    correlation_id: int, response: ApiMessage | ProduceResult | FetchResult
+    correlation_id: int, response: ApiMessage | ProduceResult | FetchResult | MetadataResult
 ) -> list[bytes | bytearray | memoryview]:
     """Frame a response (header version picked by the library) -> chunks for writelines.
-    Produce and Fetch answers, one per message at low rates, are encoded directly."""
-    if type(response) is ProduceResult:
+    Produce and Fetch answers, one per message at low rates, and Metadata answers, which
+    name every topic, are encoded directly."""
+    if type(response) is ProduceResult or type(response) is MetadataResult:
         return [response.frame(correlation_id)]
     if type(response) is FetchResult:
         return response.frame(correlation_id)

@@ -278,8 +278,15 @@ class Store:
             return self._metadata.get(topic)
 
     def list_topics(self, namespace: str) -> list[TopicId]:
+        return [md.topic for md in self.live_topics(namespace)]
+
+    def live_topics(self, namespace: str) -> list[TopicMetadata]:
+        """Every topic of ``namespace`` that exists (generation > 0). A topic the store
+        holds in memory comes as peek_topic gives it (the same object), unless the store
+        is shared: then every record is read, for other gateways' changes."""
         self._check_open()
-        return [md.topic for md in self.tables.metadata.topics(namespace) if md.generation > 0]
+        known = None if self._shared else self.peek_topic
+        return [md for md in self.tables.metadata.topics(namespace, known) if md.generation > 0]
 
     def all_topic_metadata(self) -> list[TopicMetadata]:
         """Every topic record in every namespace, deleted generations included."""

@@ -21,7 +21,7 @@ phases (writer.py), so that a batch can span tables without multi-row atomicity.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from . import keys
@@ -100,13 +100,21 @@ class MetadataTable:
         raw = self._backend.get(keys.topic_meta_key(topic))
         return decode_metadata(topic, raw) if raw else None
 
-    def topics(self, namespace: str | None = None) -> list[TopicMetadata]:
-        """Every topic record (of one namespace), deleted generations included."""
+    def topics(
+        self,
+        namespace: str | None = None,
+        known: Callable[[TopicId], TopicMetadata | None] | None = None,
+    ) -> list[TopicMetadata]:
+        """Every topic record (of one namespace), deleted generations included.
+        ``known``: the metadata a caller already holds for a topic, taken instead of
+        decoding its record (JSON, most of a scan's cost at 10,000 topics)."""
         prefix = keys.TOPIC if namespace is None else keys.namespace_meta_prefix(namespace)
-        return [
-            decode_metadata(keys.topic_from_meta_key(k), v)
-            for k, v in self._backend.scan(prefix, keys.prefix_end(prefix))
-        ]
+        out = []
+        for k, v in self._backend.scan(prefix, keys.prefix_end(prefix)):
+            topic = keys.topic_from_meta_key(k)
+            md = known(topic) if known is not None else None
+            out.append(md if md is not None else decode_metadata(topic, v))
+        return out
 
     def checkpoint(self, topic: TopicId) -> dict[str, int] | None:
         """The janitor's record of where a topic's rows continue (written when it deletes

@@ -25,6 +25,7 @@ from tmsgate.protocol import (
     BadFrame,
     FrameTooLarge,
     KafkaConnection,
+    MetadataResult,
     Request,
     api_name,
     encode_response,
@@ -75,7 +76,11 @@ def _items(message: Any, enough: int) -> int:
 def _long_answer(req: Request, response: Any) -> bool:
     """Encode it off the loop? Encoding costs by the entry (strings and record batches are
     copied whole). Produce and Fetch answers (named tuples, one per message at low rates)
-    grow only with what their request named, so a small request's are not counted."""
+    grow only with what their request named, so a small request's are not counted.
+    Metadata answers (named tuples too) say what they hold: a small request asks for all
+    topics."""
+    if type(response) is MetadataResult:
+        return response.entries >= OFF_LOOP_ITEMS
     if isinstance(response, tuple) and req.size < OFF_LOOP_BYTES:
         return False
     return _items(response, OFF_LOOP_ITEMS) >= OFF_LOOP_ITEMS
