@@ -78,8 +78,7 @@ def _int32s(values: Sequence[int], flexible: bool) -> bytes:
     return length(len(values), flexible) + b"".join(_I32.pack(v) for v in values)
 
 
-def encode_topic(version: int, topic: MetadataTopic) -> bytes:
-    """One topic's entry: what a caller may keep and reuse for the same version."""
+def _topic(version: int, topic: MetadataTopic) -> bytes:
     flexible = version >= FIRST_FLEXIBLE
     parts = [_I16.pack(topic.error_code), string(topic.name, flexible)]
     if version >= 10:
@@ -105,15 +104,8 @@ def encode_topic(version: int, topic: MetadataTopic) -> bytes:
     return b"".join(parts)
 
 
-def encode_metadata_response(
-    version: int,
-    correlation_id: int,
-    result: MetadataResult,
-    topics: Sequence[bytes] | None = None,
-) -> bytes:
-    """The whole frame: size, response header (v1, with tags, when flexible), body.
-    ``topics``: the topics' entries already encoded (encode_topic), in place of
-    ``result.topics``."""
+def encode_metadata_response(version: int, correlation_id: int, result: MetadataResult) -> bytes:
+    """The whole frame: size, response header (v1, with tags, when flexible), body."""
     flexible = version >= FIRST_FLEXIBLE
     parts = [_I32.pack(correlation_id)]
     if flexible:
@@ -133,10 +125,8 @@ def encode_metadata_response(
         parts.append(string(result.cluster_id, flexible))
     if version >= 1:
         parts.append(_I32.pack(result.controller_id))
-    if topics is None:
-        topics = [encode_topic(version, t) for t in result.topics]
-    parts.append(length(len(topics), flexible))
-    parts.extend(topics)
+    parts.append(length(len(result.topics), flexible))
+    parts.extend(_topic(version, t) for t in result.topics)
     if 8 <= version <= 10:
         parts.append(_NO_OPERATIONS)  # the cluster's authorized operations
     if version >= 13:
