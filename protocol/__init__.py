@@ -37,6 +37,7 @@ from ._metadata_response import (
     MetadataResult,
     MetadataTopic,
     encode_metadata_response,
+    encode_metadata_topic,
 )
 from ._produce_response import (
     PartitionResult,
@@ -104,6 +105,7 @@ __all__ = [
     "encode_fetch_response",
     "encode_meta",
     "encode_metadata_response",
+    "encode_metadata_topic",
     "encode_produce_response",
     "encode_response",
     "meta_timestamp",

@@ -56,19 +56,23 @@ class MetadataBroker(NamedTuple):
 
 
 class MetadataResult(NamedTuple):
-    """A handler's answer to a metadata request, encoded when it is written."""
+    """A handler's answer to a metadata request, encoded when it is written. A topic may
+    come already encoded (encode_metadata_topic, same version): a caller can keep the
+    entries of topics that do not change."""
 
     version: int
     brokers: Sequence[MetadataBroker]
     cluster_id: str | None
     controller_id: int
-    topics: Sequence[MetadataTopic]
+    topics: Sequence[MetadataTopic | bytes]
     throttle_time_ms: int = 0
 
     @property
     def entries(self) -> int:
         """What encoding it costs, by the entry: to encode a large one off the loop."""
-        return len(self.topics) + sum(len(t.partitions) for t in self.topics)
+        return len(self.topics) + sum(
+            len(t.partitions) for t in self.topics if type(t) is MetadataTopic
+        )
 
     def frame(self, correlation_id: int) -> bytes:
         return encode_metadata_response(self.version, correlation_id, self)
@@ -78,7 +82,8 @@ def _int32s(values: Sequence[int], flexible: bool) -> bytes:
     return length(len(values), flexible) + b"".join(_I32.pack(v) for v in values)
 
 
-def _topic(version: int, topic: MetadataTopic) -> bytes:
+def encode_metadata_topic(version: int, topic: MetadataTopic) -> bytes:
+    """One topic's entry in a MetadataResponse of ``version``."""
     flexible = version >= FIRST_FLEXIBLE
     parts = [_I16.pack(topic.error_code), string(topic.name, flexible)]
     if version >= 10:
@@ -126,7 +131,9 @@ def encode_metadata_response(version: int, correlation_id: int, result: Metadata
     if version >= 1:
         parts.append(_I32.pack(result.controller_id))
     parts.append(length(len(result.topics), flexible))
-    parts.extend(_topic(version, t) for t in result.topics)
+    parts.extend(
+        t if type(t) is bytes else encode_metadata_topic(version, t) for t in result.topics
+    )
     if 8 <= version <= 10:
         parts.append(_NO_OPERATIONS)  # the cluster's authorized operations
     if version >= 13:

@@ -14,6 +14,7 @@ from tmsgate.protocol import (
     MetadataResult,
     MetadataTopic,
     encode_metadata_response,
+    encode_metadata_topic,
     encode_response,
     response_class,
 )
@@ -94,6 +95,14 @@ def test_every_version_matches_kafka_python_byte_for_byte(
     expected = by_kafka_python(result.version, correlation_id, result)
     assert encode_metadata_response(result.version, correlation_id, result) == expected
     assert encode_response(correlation_id, result) == [expected]
+    # Topics kept already encoded (as the gateway keeps those that do not change) give
+    # the same bytes.
+    mixed = [
+        encode_metadata_topic(result.version, t) if i % 2 == 0 else t
+        for i, t in enumerate(result.topics)
+    ]
+    kept = result._replace(topics=mixed)
+    assert encode_metadata_response(result.version, correlation_id, kept) == expected
 
 
 def test_one_topic_v12() -> None:

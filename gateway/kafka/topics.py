@@ -16,9 +16,9 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tmsgate.protocol import ErrorCode
 from tmsgate.storage import TopicAlreadyExists, TopicId, TopicMetadata, TopicNotFound
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tmsgate.kafka.topics")
 CACHE_SECONDS = 5.0
+T = TypeVar("T")
 UNKNOWN_ID_RESCAN_S = 1.0  # at most one full scan a second for unknown topic ids
 
 
@@ -50,6 +51,20 @@ class TopicInfo:
     partitions: int = 1
     topic_uuid: bytes = b""  # partition 0's: the Kafka topic id
     _uuid: uuid.UUID | None = field(default=None, init=False, compare=False, repr=False)
+    _memo: dict[Hashable, Any] | None = field(default=None, init=False, compare=False, repr=False)
+
+    def memo(self, key: Hashable, build: Callable[[], T]) -> T:
+        """A value derived from this entry alone, built once (a topic's Metadata answer):
+        an entry never changes; a changed topic gets a new one."""
+        memo = self._memo
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_memo", memo)  # frozen: a cache, not a change
+        try:
+            return memo[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = memo[key] = build()
+            return value
 
     @property
     def uuid(self) -> uuid.UUID:

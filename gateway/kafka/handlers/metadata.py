@@ -24,6 +24,7 @@ from tmsgate.protocol import (
     MetadataPartition,
     MetadataResult,
     MetadataTopic,
+    encode_metadata_topic,
 )
 
 from ...acls import Operation, ResourceType
@@ -39,6 +40,19 @@ def _partition(index: int, node_id: int) -> MetadataPartition:
     if node_id < 0:  # moving between gateways
         return MetadataPartition(ErrorCode.LEADER_NOT_AVAILABLE, index, -1, ())
     return MetadataPartition(ErrorCode.NONE, index, node_id, (node_id,))
+
+
+def _entry(ctx: RequestContext, info: TopicInfo) -> MetadataTopic | bytes:
+    """A topic's answer; encoded once per version while the topic stays as it is (with
+    one gateway: with several, leaders move without the topic changing)."""
+    broker = ctx.broker
+    if broker.cluster is not None:
+        return _topic(info, broker)
+    version = ctx.version
+    return info.memo(
+        ("metadata", version, broker.config.node_id),
+        lambda: encode_metadata_topic(version, _topic(info, broker)),
+    )
 
 
 def _topic(info: TopicInfo, broker: Broker) -> MetadataTopic:
@@ -67,7 +81,7 @@ def _missing(name: str | None, code: ErrorCode, topic_id: Any = None) -> Metadat
 MAX_AUTO_CREATE_PER_REQUEST = 100
 
 
-async def _requested(ctx: RequestContext, req: Any) -> list[MetadataTopic]:
+async def _requested(ctx: RequestContext, req: Any) -> list[MetadataTopic | bytes]:
     broker = ctx.broker
     auto = bool(req.allow_auto_topic_creation) if ctx.version >= 4 else True
     auto = auto and broker.config.auto_create_topics
@@ -94,7 +108,7 @@ async def _requested(ctx: RequestContext, req: Any) -> list[MetadataTopic]:
                 info, code = await broker.topics.resolve(name, True)
             else:
                 code = ErrorCode.LEADER_NOT_AVAILABLE
-        out.append(_missing(name, code) if info is None else _topic(info, broker))
+        out.append(_missing(name, code) if info is None else _entry(ctx, info))
     async for topic_id in broker.paced(ids):
         info = await broker.topics.by_uuid(topic_id)
         if info is not None and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, info.name):
@@ -103,7 +117,7 @@ async def _requested(ctx: RequestContext, req: Any) -> list[MetadataTopic]:
         elif info is None:
             out.append(_missing(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
         else:
-            out.append(_topic(info, broker))
+            out.append(_entry(ctx, info))
     return out
 
 
@@ -113,7 +127,7 @@ async def handle(ctx: RequestContext, req: Any) -> MetadataResult:
     if req.topics is None or (ctx.version == 0 and not req.topics):
         # Only the topics the principal may describe, as Kafka lists them.
         topics = [
-            _topic(info, broker)
+            _entry(ctx, info)
             async for info in broker.paced(await broker.topics.list())
             if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, info.name, log=False)
         ]
