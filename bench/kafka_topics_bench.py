@@ -228,7 +228,20 @@ def run_phase(
     )
     producer.flush(10)
     del producer
+    return finished_phase(t, n, seconds, broker_cpu, client_cpu, create_s, warmup_s)
 
+
+def finished_phase(
+    t: int,
+    n: int,
+    seconds: float,
+    broker_cpu: float | None,
+    client_cpu: float,
+    create_s: float,
+    warmup_s: float,
+    client: str = "",
+) -> Phase:
+    """A phase's figures from its measurements, logged."""
     phase = Phase(
         topics=t,
         messages=n,
@@ -242,7 +255,7 @@ def run_phase(
         warmup_s=round(warmup_s, 2),
     )
     cpu = "" if broker_cpu is None else f", broker {phase.broker_us_per_msg} us/msg"
-    log(f"T={t:>6,}: {n:,} msgs in {seconds:.2f} s = {phase.msgs_s:,} msgs/s{cpu}")
+    log(f"T={t:>6,}: {n:,} msgs in {seconds:.2f} s = {phase.msgs_s:,} msgs/s{cpu}{client}")
     return phase
 
 
@@ -272,22 +285,8 @@ def run_java_phase(bootstrap: str, pid: int | None, t: int, n: int, run_id: str)
         )
     if proc.returncode != 0:
         raise RuntimeError(f"ManyTopicsProduce exited with {proc.returncode}")
-    seconds = float(result["seconds"])
-    phase = Phase(
-        topics=t,
-        messages=n,
-        seconds=round(seconds, 3),
-        msgs_s=round(n / seconds),
-        broker_cpu_s=None if broker_cpu is None else round(broker_cpu, 2),
-        broker_us_per_msg=None if broker_cpu is None else round(broker_cpu / n * 1e6, 1),
-        broker_cores=None if broker_cpu is None else round(broker_cpu / seconds, 2),
-        client_us_per_msg=round(float(result["cpu_seconds"]) / n * 1e6, 1),
-        create_topics_s=round(create_s, 1),
-        warmup_s=round(warmup_s, 2),
-    )
-    cpu = "" if broker_cpu is None else f", broker {phase.broker_us_per_msg} us/msg"
-    log(f"T={t:>6,}: {n:,} msgs in {seconds:.2f} s = {phase.msgs_s:,} msgs/s{cpu} (Java)")
-    return phase
+    seconds, client_cpu = float(result["seconds"]), float(result["cpu_seconds"])
+    return finished_phase(t, n, seconds, broker_cpu, client_cpu, create_s, warmup_s, " (Java)")
 
 
 def table(phases: list[Phase]) -> str:
