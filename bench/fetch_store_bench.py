@@ -39,8 +39,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from kafka_clients_bench import free_port, stop, wait_for_port  # noqa: E402
-from spark_bench import JAVA_CP, consume, fill, java_ranges, log, serve_command  # noqa: E402
+from kafka_clients_bench import build_java, free_port, stop, wait_for_port  # noqa: E402
+from spark_bench import consume, fill, java_ranges, log, serve_command  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -95,13 +95,7 @@ def main() -> None:
     args = ap.parse_args()
     java = not args.no_java
     if java:
-        subprocess.run(["bash", str(REPO / "compat-tests/java/build.sh")], check=True, stdout=2)
-        build = REPO / "bench/java/build"
-        build.mkdir(exist_ok=True)
-        subprocess.run(
-            ["javac", "-d", str(build), "-cp", JAVA_CP, str(REPO / "bench/java/RangeRead.java")],
-            check=True,
-        )
+        build_java("RangeRead")
     samples: dict[str, list[float]] = {}
 
     def sample(name: str, value: float) -> None:

@@ -60,6 +60,9 @@ import kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 
 VENV_BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parent.parent
+# The Java programs of bench/java/ and the kafka-clients jars of the Java compat tests.
+JAVA_CP = f"{REPO}/bench/java/build:{REPO}/compat-tests/java/lib/*"
 VALUE_BYTES = 1024
 MIB = 1 << 20
 STALL_S = 30.0  # no progress for this long is a failure, not a slow result
@@ -140,6 +143,16 @@ def ck_common(bootstrap: str) -> dict[str, object]:
 
 
 # --------------------------------------------------------------------------- gateway
+
+
+def build_java(program: str) -> None:
+    """Fetch the Java client's jars (compat-tests/java/build.sh) and compile
+    bench/java/<program>.java into bench/java/build (on JAVA_CP)."""
+    subprocess.run(["bash", str(REPO / "compat-tests/java/build.sh")], check=True, stdout=2)
+    build = REPO / "bench/java/build"
+    build.mkdir(exist_ok=True)
+    source = REPO / "bench/java" / f"{program}.java"
+    subprocess.run(["javac", "-d", str(build), "-cp", JAVA_CP, str(source)], check=True)
 
 
 def free_port() -> int:

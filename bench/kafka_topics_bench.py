@@ -46,11 +46,16 @@ import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 
 # The gateway and logging helpers of the clients benchmark (this folder).
-from kafka_clients_bench import ck_common, log, self_started_gateway, setup_logging
+from kafka_clients_bench import (
+    JAVA_CP,
+    build_java,
+    ck_common,
+    log,
+    self_started_gateway,
+    setup_logging,
+)
 
 VALUE_BYTES = 1024
-REPO = Path(__file__).resolve().parent.parent
-JAVA_CP = f"{REPO}/bench/java/build:{REPO}/compat-tests/java/lib/*"
 CREATE_CHUNK = 500  # topics per CreateTopics request
 STALL_S = 60.0  # no delivery progress for this long is a failure, not a slow result
 # The warm-up at 10,000 topics waits on librdkafka's Metadata requests (~200 of them, each
@@ -384,12 +389,7 @@ def main() -> None:
     summary["producer_config"] = producer_config
     summary["client"] = args.client
     if args.client == "java":
-        subprocess.run(["bash", str(REPO / "compat-tests/java/build.sh")], check=True, stdout=2)
-        subprocess.run(
-            ["javac", "-d", str(REPO / "bench/java/build"), "-cp", JAVA_CP,
-             str(REPO / "bench/java/ManyTopicsProduce.java")],
-            check=True,
-        )  # fmt: skip
+        build_java("ManyTopicsProduce")
     gateway: dict[str, object] = {}
     phases: list[Phase] = []
     with contextlib.ExitStack() as stack:

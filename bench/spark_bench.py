@@ -47,10 +47,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from kafka_clients_bench import free_port, stop, wait_for_port  # noqa: E402
+from kafka_clients_bench import JAVA_CP, build_java, free_port, stop, wait_for_port  # noqa: E402
 
 VALUE = b"v" * 1024
-JAVA_CP = f"{REPO}/bench/java/build:{REPO}/compat-tests/java/lib/*"
 
 
 def log(msg: str) -> None:
@@ -164,12 +163,7 @@ def main() -> None:
     ap.add_argument("--url", help="a running gateway's HTTP API (with --bootstrap)")
     ap.add_argument("--kafka", help="an Apache Kafka broker for the Java range reads")
     args = ap.parse_args()
-    subprocess.run(["bash", str(REPO / "compat-tests/java/build.sh")], check=True, stdout=2)
-    subprocess.run(
-        ["javac", "-d", str(REPO / "bench/java/build"), "-cp", JAVA_CP,
-         str(REPO / "bench/java/RangeRead.java")],
-        check=True,
-    )  # fmt: skip
+    build_java("RangeRead")
     with contextlib.ExitStack() as stack:
         if args.bootstrap and args.url:
             bootstrap, url = args.bootstrap, args.url

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tmsgate.kafka.topics")
 CACHE_SECONDS = 5.0
-T = TypeVar("T")
 UNKNOWN_ID_RESCAN_S = 1.0  # at most one full scan a second for unknown topic ids
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
