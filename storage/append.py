@@ -201,5 +201,8 @@ class RowAppender:
         """[rows, last write_ts, last pseq] of a write pointer's PayloadTable rows."""
         stored = st.stored.get(wp)
         if stored is None:
-            stored = st.stored[wp] = list(self._tables.payloads.summary(st, wp))
+            if wp > st.known_wp:  # handed out since ``st`` was loaded: none not seen here
+                stored = st.stored[wp] = [0, 0, -1]
+            else:
+                stored = st.stored[wp] = list(self._tables.payloads.summary(st, wp))
         return stored

@@ -1037,7 +1037,10 @@ class Store:
             st = self._states.get(topic)
             if st is None:
                 md = self._require(topic)
+                known_wp = self.transactions.issued_high  # before any row is read
                 st = load_state(self.tables, md, self.transactions.is_in_progress)
+                # Several gateways: another one may have written any write pointer.
+                st.known_wp = known_wp if not self._shared else 2**64 - 1
                 if st.open_tx_rows:
                     st.open_tx_rows = self._still_open(st)
                 if self._shared and topic not in self._led:

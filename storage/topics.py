@@ -89,6 +89,11 @@ class TopicState:
     last_seq: int = -1
     # wp -> [PayloadTable rows, last write_ts, last pseq]: loaded from disk on first use
     stored: dict[int, list[int]] = field(default_factory=dict)
+    # TransactionManager.issued_high when this state was loaded: a later write pointer's
+    # PayloadTable rows were all written through this state, so ``stored`` knows them
+    # without a scan (an empty range's scan skips every delete after it: slow after a
+    # large topic was deleted, until LevelDB compacts).
+    known_wp: int = 0
     published_refs: set[int] = field(default_factory=set)  # wps already made visible
     open_tx_rows: list[OpenTxRow] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)

@@ -86,6 +86,9 @@ class TransactionManager:
         self._on_finish = on_finish
         self._lock = threading.Lock()
         self._last_wp = 0
+        # The highest write pointer this process has handed out or loaded: unlike
+        # _last_wp, never lowered by a reload (see issued_high).
+        self._issued_high = 0
         self._in_progress: dict[int, int] = {}  # write pointer -> expiry (epoch ms)
         self._invalid: set[int] = set()
         self._committing: set[int] = set()  # commit written, fsync not yet done
@@ -104,6 +107,14 @@ class TransactionManager:
             for wp in self._invalid:
                 self._in_progress.pop(wp, None)
             self._last_wp = max(self._last_wp, *self._in_progress, *self._invalid, 0)
+            self._issued_high = max(self._issued_high, self._last_wp)
+
+    @property
+    def issued_high(self) -> int:
+        """No write pointer above this was handed out yet, in this process or before it
+        (the store keeps the last one durable before any row of it can land), so nothing
+        of a later one is on disk unless this process wrote it."""
+        return self._issued_high
 
     # --- transitions ----------------------------------------------------------------------
     # Each has a blocking form and an ``_async`` one returning a Future that resolves once
@@ -129,7 +140,7 @@ class TransactionManager:
             tx = Transaction(
                 wp, self._last_wp, frozenset(self._in_progress), frozenset(self._invalid)
             )
-            self._last_wp = wp
+            self._last_wp = self._issued_high = wp
             self._in_progress[wp] = expiry
             # The last pointer before the transaction (``then``): were only the transaction
             # to land, a restart after its commit would hand its pointer out again.

@@ -267,3 +267,43 @@ def test_a_whole_commit_cut_short_ends_whole_or_not_at_all(crash_after: int) -> 
             store.close()
     finally:
         memory.drop(name)
+
+
+def test_stored_rows_are_counted_across_a_reopen_and_new_ones_without_a_scan(
+    store: Store, topic: TopicId, open_test_store
+) -> None:
+    """A commit counts a write pointer's PayloadTable rows. Rows stored before a reopen
+    are found on disk; a write pointer handed out since the topic's state was loaded is
+    counted in memory, without scanning its (empty) range, which after a large delete
+    skips every tombstone behind it (2026-11-27: 62% of the writer's time)."""
+    txm = store.transactions
+    old = txm.start(3600)
+    store.store(topic, [b"a", b"b"], old)
+    store.close()
+    store = open_test_store()
+    txm = store.transactions
+    store.store(topic, [b"c"], old.write_pointer)  # counts the two from before the reopen
+
+    scans: list[bytes] = []
+    backend = store._backend
+    real_scan = backend.scan
+
+    def counting_scan(start: bytes, *args: object, **kw: object):  # type: ignore[no-untyped-def]
+        scans.append(start)
+        return real_scan(start, *args, **kw)
+
+    backend.scan = counting_scan  # the real backend, watched: which ranges a store reads
+    try:
+        new = txm.start(3600)
+        store.store(topic, [b"x"], new)
+        store.store(topic, [b"y"], new)
+    finally:
+        del backend.scan
+    wp_key = new.write_pointer.to_bytes(8, "big")
+    assert not [s for s in scans if wp_key in s]
+    assert sealed(store, topic, old) == 3
+    assert sealed(store, topic, new) == 2
+    txm.commit(old)
+    txm.commit(new)
+    got, _, _ = read(store, topic)
+    assert [p for _, p, _ in got] == [b"a", b"b", b"c", b"x", b"y"]
