@@ -256,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
         "for (Kafka's transaction.max.timeout.ms; env TMSGATE_TRANSACTION_MAX_TIMEOUT_MS)",
     )
     s.add_argument(
+        "--transactional-id-expiration-ms",
+        type=int,
+        default=int(_env("TMSGATE_TRANSACTIONAL_ID_EXPIRATION_MS", "604800000") or 0),
+        help="how long a transactional id with no transaction open is kept after its last "
+        "use (Kafka's transactional.id.expiration.ms; env "
+        "TMSGATE_TRANSACTIONAL_ID_EXPIRATION_MS)",
+    )
+    s.add_argument(
         "--disk-reserve-mb",
         type=int,
         default=int(_env("TMSGATE_DISK_RESERVE_MB", "64") or 0),
@@ -300,6 +308,7 @@ def _config(args: argparse.Namespace) -> object:
         janitor_interval_s=args.janitor_interval_s,
         disk_reserve_bytes=max(0, args.disk_reserve_mb) << 20,
         transaction_max_timeout_ms=args.transaction_max_timeout_ms,
+        transactional_id_expiration_ms=max(1, args.transactional_id_expiration_ms),
         security_protocol=args.kafka_security.upper(),
         sasl_mechanisms=_sasl_mechanisms(args),
         connections_max_reauth_ms=max(0, args.connections_max_reauth_ms),

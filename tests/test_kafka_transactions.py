@@ -441,6 +441,46 @@ def test_a_timed_out_transaction_is_aborted_and_fenced(tmp_path: Any) -> None:
         client.close()
 
 
+def test_an_idle_transactional_id_is_forgotten(tmp_path: Any) -> None:
+    """Kafka's transactional.id.expiration.ms: an id with no transaction open and no use for
+    that long is forgotten (memory and row); one with a transaction open is kept. The
+    store's clock is moved, not waited for."""
+    moved = [0]
+
+    def clock() -> int:
+        return time.time_ns() // 1_000_000 + moved[0]
+
+    with gateway_thread(tmp_path, clock=clock, transactional_id_expiration_ms=60_000) as timed:
+        client = RawClient(timed.address)
+        topic = unique("idle")
+        create(client, topic)
+        idle = Producer(client, unique("idle-id"))
+        assert idle.add(topic) == {f"{topic}/0": E.NONE}
+        assert idle.send(topic, 2).error_code == E.NONE
+        assert idle.end(True) == E.NONE
+        busy = Producer(client, unique("busy-id"), timeout_ms=600_000)
+        assert busy.add(topic) == {f"{topic}/0": E.NONE}
+        txns = timed.broker.txns
+        assert timed.run(txns.forget_idle()) == []  # not idle long enough yet
+        moved[0] += 60_001
+        assert timed.run(txns.forget_idle()) in ([idle.tid], [])  # [] if the gateway's own
+        missing, kept = describe(client, idle.tid, busy.tid)  # check got there first
+        assert missing.error_code == E.TRANSACTIONAL_ID_NOT_FOUND
+        assert (kept.error_code, kept.transaction_state) == (0, "Ongoing")
+        assert [k for k, _ in timed.broker.store.scan_state("kafka.txn")] == [busy.tid]
+        # The forgotten instance is no longer the id's producer; a new one starts afresh.
+        assert idle.add(topic) == {f"{topic}/0": E.INVALID_PRODUCER_ID_MAPPING}
+        again = Producer(client, idle.tid)
+        assert again.pid != idle.pid and again.epoch == 0
+        assert again.add(topic) == {f"{topic}/0": E.NONE}
+        assert again.send(topic, 1).error_code == E.NONE
+        assert again.end(True) == E.NONE
+        assert busy.send(topic, 1).error_code == E.NONE
+        assert busy.end(True) == E.NONE
+        assert [offset for offset, _ in values(client, topic)] == [0, 1, 2, 3]
+        client.close()
+
+
 # --- DescribeTransactions / ListTransactions / FindCoordinator / ApiVersions -------------------
 def test_describe_transactions(client: RawClient) -> None:
     topic = unique("desc")

@@ -136,7 +136,10 @@ class Broker:
         self.closing = False
         # Built last: they reach the store and executor through the broker.
         self.groups = GroupCoordinator(self, config.groups or from_env())
-        self.txns = TxnCoordinator(self, TxnConfig(config.transaction_max_timeout_ms))
+        self.txns = TxnCoordinator(
+            self,
+            TxnConfig(config.transaction_max_timeout_ms, config.transactional_id_expiration_ms),
+        )
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking store call on the executor."""

@@ -61,6 +61,9 @@ class GatewayConfig:
     groups: GroupConfig | None = None
     # Kafka's transaction.max.timeout.ms: InitProducerId refuses longer timeouts.
     transaction_max_timeout_ms: int = 900_000
+    # Kafka's transactional.id.expiration.ms: a transactional id idle this long (no
+    # transaction open) is forgotten.
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
     # Kafka's listener security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, with
     # the SASL mechanisms of sasl.enabled.mechanisms (gateway/sasl.py); users:
     # gateway/users.py. docs/security.md.

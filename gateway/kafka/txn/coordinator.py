@@ -59,11 +59,14 @@ E = ErrorCode
 T = TypeVar("T")
 MAX_EPOCH = 32766  # Kafka: at Short.MAX_VALUE - 1 the producer gets a new id
 DEFAULT_MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
+DEFAULT_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms
+IDLE_CHECK_INTERVAL_MS = 60_000  # how often expire() looks for idle transactional ids
 
 
 @dataclass(frozen=True, slots=True)
 class TxnConfig:
     max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS
+    id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS
 
 
 class TxnError(Exception):
@@ -99,6 +102,7 @@ class TxnCoordinator:
         self._by_wp: dict[int, TxnRecord] = {}  # open transactions by write pointer
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: asyncio.Task[None] | None = None
+        self._next_idle_check = 0  # store time (ms) of the next look for idle ids
         self._ended = broker.metrics.transactions_ended
         broker.metrics.transactions_open.set_function(self.open_count)
         # Tests stop a commit between two steps (kill -9 at every step): called with the
@@ -577,7 +581,49 @@ class TxnCoordinator:
                         await self._abort(rec, fence=True)
                         self._ended.labels("timed_out").inc()
                         expired.append(rec.transactional_id)
+        if now >= self._next_idle_check:
+            self._next_idle_check = now + IDLE_CHECK_INTERVAL_MS
+            await self.forget_idle()
         return expired
+
+    async def forget_idle(self) -> list[str]:
+        """Kafka's transactional.id.expiration.ms: a transactional id with no transaction
+        open and no state change for that long is forgotten, its row deleted. Its producer
+        id no longer maps to it (INVALID_PRODUCER_ID_MAPPING), DescribeTransactions does
+        not know it, and a later InitProducerId starts it afresh (a new producer id,
+        epoch 0). Without this, every transactional id ever used stays in memory and on
+        disk (applications that make a new id per run or per task). ``expire`` calls this
+        once a minute. -> the ids forgotten."""
+        now = self.store.now_ms()
+        limit = self.config.id_expiration_ms
+        forgotten = []
+        for rec in [r for r in self._by_id.values() if not r.state.is_open]:
+            if now - rec.updated_ms <= limit:
+                continue
+            tid = rec.transactional_id
+            async with self._lock(tid):
+                if self._by_id.get(tid) is not rec or rec.state.is_open:
+                    continue  # used again meanwhile
+                if now - rec.updated_ms <= limit:
+                    continue
+                await asyncio.wrap_future(
+                    self.store.put_states_async({(TXN_AREA, quote(tid, safe="")): None})
+                )
+                del self._by_id[tid]
+                if self._by_pid.get(rec.producer_id) is rec:
+                    del self._by_pid[rec.producer_id]
+                forgotten.append(tid)
+            lock = self._locks.get(tid)
+            if lock is not None and not lock.locked():
+                del self._locks[tid]
+        if forgotten:
+            log.info(
+                "forgot %d transactional ids idle for over %d ms: %s",
+                len(forgotten),
+                limit,
+                forgotten[:10],
+            )
+        return forgotten
 
     # --- DescribeTransactions / ListTransactions --------------------------------------------
     def describe(self, transactional_id: str) -> TxnRecord | None:
