@@ -56,6 +56,10 @@ class Backend(Protocol):
         """Keys in [start, stop), ascending, or descending with reverse. Each row as it
         was at some moment during the scan (no snapshot across rows is promised)."""
 
+    def scan_keys(self, start: bytes, stop: bytes) -> Iterator[bytes]:
+        """The keys in [start, stop), ascending, without their values: what a delete
+        needs (the LevelDB engine then reads nothing from its value log)."""
+
     def collect_garbage(self) -> dict[str, int]:
         """Reclaim space the backend holds for deleted rows (the janitor calls this)."""
 

@@ -856,6 +856,9 @@ class HBaseBackend:
         with self._clock_lock:
             self._last_ts = max(self._last_ts, bound - 1)
 
+    def scan_keys(self, start: bytes, stop: bytes) -> Iterator[bytes]:
+        return (key for key, _ in self.scan(start, stop))
+
     def collect_garbage(self) -> dict[str, int]:
         return {}  # HBase drops deleted cells at major compaction by itself
 

@@ -326,6 +326,16 @@ class LevelDBBackend:
             if value is not None:
                 yield start, (value[1:] if value[0] != TAG_POINTER else read(value))
 
+    def scan_keys(self, start: bytes, stop: bytes) -> Iterator[bytes]:
+        # Without values: a large value-log value would be read (and its segment kept in
+        # the page cache) for nothing. The janitor deletes by key: 2026-11-27, reading
+        # them was a fifth of its time while it cleaned up a deleted topic.
+        it = self._db.iterator(start=start, stop=stop, include_value=False)
+        try:
+            yield from it
+        finally:
+            it.close()
+
     def sync_clock(self) -> None:
         pass  # one process owns a LevelDB store
 

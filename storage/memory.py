@@ -226,6 +226,9 @@ class MemoryBackend:
             low, inclusive = rows[-1][0], False
             self._check_alive()
 
+    def scan_keys(self, start: bytes, stop: bytes) -> Iterator[bytes]:
+        return (key for key, _ in self.scan(start, stop))
+
     def collect_garbage(self) -> dict[str, int]:
         return {}
 

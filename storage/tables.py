@@ -79,13 +79,13 @@ class PayloadTable:
         (None: to the end)."""
         prefix = self.prefix(st, wp)
         end = keys.prefix_end(prefix) if stop is None else prefix + stop
-        return [k for k, _ in self._backend.scan(prefix + start, end)]
+        return list(self._backend.scan_keys(prefix + start, end))
 
     def summary(self, st: TopicState, wp: int) -> tuple[int, int, int]:
         """(rows, last write_ts, last pseq) of ``wp``'s payload rows; (0, 0, -1) for none."""
         prefix = self.prefix(st, wp)
         count, last = 0, (0, -1)
-        for key, _ in self._backend.scan(prefix, keys.prefix_end(prefix)):
+        for key in self._backend.scan_keys(prefix, keys.prefix_end(prefix)):
             count += 1
             last = keys.PAYLOAD_ROW.unpack_from(key, len(prefix))
         return count, *last
@@ -177,7 +177,7 @@ def old_generation_keys(backend: Backend, topic: TopicId, generation: int) -> It
             stop = keys.data_prefix(table, topic, generation)
         else:
             stop = keys.prefix_end(keys.data_prefix(table, topic, -generation))
-        yield from (k for k, _ in backend.scan(whole, stop))
+        yield from backend.scan_keys(whole, stop)
 
 
 class Tables:

@@ -424,6 +424,23 @@ def test_big_scans_return_every_row_once_in_order(engine: Backend) -> None:
     assert scan(engine, b"big", b"bih", reverse=True) == left[::-1]
 
 
+def test_key_scans_name_the_rows_a_scan_returns(engine: Backend) -> None:
+    """scan_keys (what the janitor deletes by): the same keys as scan, values large
+    (LevelDB's value log) and small, across table prefixes and after deletes."""
+    model = {
+        table + b"ns:t\x00" + i.to_bytes(4, "big"): value_for(table, i) * (1 + 400 * (i % 3))
+        for table in TABLES
+        for i in range(40)
+    }
+    engine.write(list(model.items()))
+    engine.write([(k, None) for i, k in enumerate(sorted(model)) if i % 7 == 0])
+    for i, low in enumerate(TABLES):
+        for high in TABLES[i:]:
+            start, stop = low, keys.prefix_end(high)
+            assert list(engine.scan_keys(start, stop)) == [k for k, _ in scan(engine, start, stop)]
+    assert list(engine.scan_keys(b"a", b"a")) == []
+
+
 def test_abandoned_scans_leave_the_engine_working(open_engine: EngineOpener) -> None:
     engine = open_engine()
     model = {b"ab%05d" % i: b"%d" % i for i in range(1000)}

@@ -286,19 +286,22 @@ def test_stored_rows_are_counted_across_a_reopen_and_new_ones_without_a_scan(
 
     scans: list[bytes] = []
     backend = store._backend
-    real_scan = backend.scan
 
-    def counting_scan(start: bytes, *args: object, **kw: object):  # type: ignore[no-untyped-def]
-        scans.append(start)
-        return real_scan(start, *args, **kw)
+    def watched(real):  # type: ignore[no-untyped-def]
+        def scan(start: bytes, *args: object, **kw: object):  # type: ignore[no-untyped-def]
+            scans.append(start)
+            return real(start, *args, **kw)
 
-    backend.scan = counting_scan  # the real backend, watched: which ranges a store reads
+        return scan
+
+    # The real backend, watched: which ranges a store reads.
+    backend.scan, backend.scan_keys = watched(backend.scan), watched(backend.scan_keys)
     try:
         new = txm.start(3600)
         store.store(topic, [b"x"], new)
         store.store(topic, [b"y"], new)
     finally:
-        del backend.scan
+        del backend.scan, backend.scan_keys
     wp_key = new.write_pointer.to_bytes(8, "big")
     assert not [s for s in scans if wp_key in s]
     assert sealed(store, topic, old) == 3
