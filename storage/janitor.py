@@ -152,7 +152,7 @@ def _expire(house: Housekeeping, md: TopicMetadata) -> int:
         for key, value in messages.rows(st.msg_prefix, stop):
             flags, _, _, wp, *_ = keys.decode_row(value)
             if wp is not None and not flags & (keys.F_PAYLOAD | keys.F_NULL):
-                yield from (k for k, _ in payloads.rows(st, abs(wp)))
+                yield from payloads.row_keys(st, abs(wp))
                 yield st.referenced_prefix + keys.U64.pack(abs(wp))
             yield key
         # Payloads of invalid transactions that were never published are garbage once past
@@ -161,7 +161,7 @@ def _expire(house: Housekeeping, md: TopicMetadata) -> int:
             if house.tables.metadata.is_published(st, wp):
                 continue
             skip = len(payloads.prefix(st, wp))
-            for k, _ in payloads.rows(st, wp):
+            for k in payloads.row_keys(st, wp):
                 if keys.PAYLOAD_ROW.unpack_from(k, skip)[0] < cutoff:
                     yield k
 

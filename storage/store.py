@@ -581,14 +581,14 @@ class Store:
                 raise TransactionNotInProgress(wp, self.transactions.state(wp))
             if self._rows.is_referenced(st, wp):
                 return 0
-            rows = self.tables.payloads.rows(st, wp)
+            found = self.tables.payloads.row_keys(st, wp)
             known = st.stored.get(wp)
             if known is not None:
                 # As many as were stored: the scan stops at the last one instead of
                 # seeking past it (which skips every delete behind: slow after a large
                 # delete, until LevelDB compacts).
-                rows = itertools.islice(rows, known[0])
-            doomed = [(key, None) for key, _ in rows]
+                found = itertools.islice(found, known[0])
+            doomed = [(key, None) for key in found]
             batch.mutations.extend(doomed)
             st.stored.pop(wp, None)
             return len(doomed)

@@ -67,10 +67,11 @@ class PayloadTable:
         """Where the payloads of write pointer ``wp`` on the topic's generation are."""
         return st.payload_prefix + _U64.pack(wp)
 
-    def rows(self, st: TopicState, wp: int, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        """The payload rows of ``wp``, in write order, from the row suffix ``start``."""
+    def row_keys(self, st: TopicState, wp: int) -> Iterator[bytes]:
+        """The keys of ``wp``'s payload rows, in write order; their values are not read
+        (every caller counts or deletes them)."""
         prefix = self.prefix(st, wp)
-        return self._backend.scan(prefix + start, keys.prefix_end(prefix))
+        return self._backend.scan_keys(prefix, keys.prefix_end(prefix))
 
     def keys_between(
         self, st: TopicState, wp: int, start: bytes, stop: bytes | None
@@ -83,11 +84,11 @@ class PayloadTable:
 
     def summary(self, st: TopicState, wp: int) -> tuple[int, int, int]:
         """(rows, last write_ts, last pseq) of ``wp``'s payload rows; (0, 0, -1) for none."""
-        prefix = self.prefix(st, wp)
+        skip = len(self.prefix(st, wp))
         count, last = 0, (0, -1)
-        for key in self._backend.scan_keys(prefix, keys.prefix_end(prefix)):
+        for key in self.row_keys(st, wp):
             count += 1
-            last = keys.PAYLOAD_ROW.unpack_from(key, len(prefix))
+            last = keys.PAYLOAD_ROW.unpack_from(key, skip)
         return count, *last
 
 
