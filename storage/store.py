@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
+from typing import Any
 
 from . import intents, keys, reader
 from .append import Item, RowAppender
@@ -520,10 +521,13 @@ class Store:
         self, tx: Transaction | int, topics: Sequence[TopicId], decision: StateUpdates
     ) -> Future[list[int]]:
         """A Kafka transaction's commit as one durable write instead of three in a row:
-        ``decision`` (state rows recording that it commits), a sealed reference on each of
-        ``topics`` (publish_sealed_async) and the TMS commit of the decided transaction
-        (TransactionManager.decide). Where the backend writes a row atomically and nothing
-        more, the batch's phases keep the order that matters: the decision and the
+        the decision (TransactionManager.decide) with ``decision`` (state rows recording
+        that it commits), a sealed reference on each of ``topics`` (publish_sealed_async)
+        and the TMS commit. Decided on the writer thread, after every store queued before
+        this call has landed or failed: a failed one (TransactionManager.spoil), a
+        timeout or an abort makes the future fail with TransactionNotInProgress, and
+        nothing of this call is written. Where the backend writes a row atomically and
+        nothing more, the batch's phases keep the order that matters: the decision and the
         references (with their intent) land before the commit row. A crash part way
         leaves either the decision with some or all references, which its replay (the
         separate calls, each idempotent) finishes, or references without a decision, which
@@ -535,9 +539,13 @@ class Store:
         if wp is None:
             raise InvalidTransaction("commit_sealed() needs a transaction")
         self._check_open()
-        commit_rows, landed = self.transactions.commit_decided(wp)
+        txm = self.transactions
+        landed: list[Callable[[Future[Any]], None]] = []
 
         def op(batch: Batch) -> list[int]:
+            txm.decide(wp)
+            commit_rows, on_landed = txm.commit_decided(wp)
+            landed.append(on_landed)
             states = []
             for topic in topics:  # all looked up before anything is appended
                 try:
@@ -549,15 +557,23 @@ class Store:
             batch.then.extend(commit_rows)
             return counts
 
-        try:
-            done = self._writer.submit(op)
-        except BaseException as exc:
-            refused: Future[list[int]] = Future()
-            refused.set_exception(exc)
-            landed(refused)
-            raise
-        done.add_done_callback(landed)
-        return done
+        def done(fut: Future[list[int]]) -> None:
+            for on_landed in landed:
+                on_landed(fut)
+
+        fut = self._writer.submit(op)
+        fut.add_done_callback(done)
+        return fut
+
+    def decide_async(self, tx: Transaction | int) -> Future[None]:
+        """TransactionManager.decide on the writer thread, after every store queued before
+        this call has landed or failed (a failed one makes it TransactionNotInProgress:
+        spoil). For a commit taken step by step (commit_sealed_async decides itself)."""
+        wp = _write_pointer(tx)
+        if wp is None:
+            raise InvalidTransaction("decide() needs a transaction")
+        self._check_open()
+        return self._writer.submit(lambda batch: self.transactions.decide(wp))
 
     def _seal(self, batch: Batch, st: TopicState, wp: int) -> int:
         """The sealed reference of ``wp``'s payload rows on a topic (idempotent: 0 once
@@ -649,7 +665,15 @@ class Store:
             stored[:] = [count + len(entries), ts, seq]
             return StoredRange(wp, first[0], first[1], ts, seq, len(entries))
 
-        return self._writer.submit(op)
+        fut = self._writer.submit(op)
+
+        def spoil_if_failed(done: Future[StoredRange]) -> None:
+            # On the writer thread as the store fails: before any later write decides.
+            if done.cancelled() or done.exception() is not None:
+                txm.spoil(wp)
+
+        fut.add_done_callback(spoil_if_failed)
+        return fut
 
     def publish_kept_async(
         self, topic: TopicId, wp: int, keep: Sequence[StoredRange]

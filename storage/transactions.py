@@ -39,6 +39,8 @@ COMMITTED = "committed"
 ABORTED = "aborted"
 INVALID = "invalid"
 UNKNOWN = "unknown"
+# In progress, but a store of its records failed (spoil()): it can no longer commit.
+INCOMPLETE = "incomplete"
 
 
 class Visibility(enum.Enum):
@@ -95,6 +97,8 @@ class TransactionManager:
         # Commit decided (a Kafka transaction's commit record is durable): such a
         # transaction no longer times out and cannot be aborted, only committed.
         self._decided: set[int] = set()
+        # A store under it failed before its commit was decided (spoil): decide() refuses.
+        self._spoiled: set[int] = set()
         self._ended: OrderedDict[int, str] = OrderedDict()  # recent: write pointer -> how
         self.reload(metadata)
 
@@ -108,6 +112,7 @@ class TransactionManager:
                 self._in_progress.pop(wp, None)
             self._last_wp = max(self._last_wp, *self._in_progress, *self._invalid, 0)
             self._issued_high = max(self._issued_high, self._last_wp)
+            self._spoiled &= self._in_progress.keys()
 
     @property
     def issued_high(self) -> int:
@@ -197,6 +202,7 @@ class TransactionManager:
         with self._lock:
             self._committing.discard(wp)
             self._decided.discard(wp)
+            self._spoiled.discard(wp)
             self._in_progress.pop(wp, None)
             self._remember(wp, COMMITTED)
         self._finished(wp)
@@ -246,6 +252,7 @@ class TransactionManager:
 
     def _invalidate_locked(self, wp: int) -> Future[object]:
         self._in_progress.pop(wp, None)
+        self._spoiled.discard(wp)
         self._invalid.add(wp)
         self._remember(wp, INVALID)
         # Invalid first, then no longer in progress: in the other order, a crash between
@@ -276,13 +283,27 @@ class TransactionManager:
         then ignores its timeout). Called before a commit record is written (a Kafka
         transaction's commit, recorded and applied in steps); in memory only, so that
         recovery calls it again (``recovering``: even past the timeout, since the
-        decision is already durable). Raises TransactionNotInProgress otherwise."""
+        decision is already durable). Raises TransactionNotInProgress otherwise, with
+        state INCOMPLETE if a store of its records failed (spoil)."""
         with self._lock:
             if wp not in self._in_progress or wp in self._committing:
                 raise TransactionNotInProgress(wp, self._state_locked(wp))
+            if wp in self._spoiled:
+                raise TransactionNotInProgress(wp, INCOMPLETE)
             if not recovering and wp not in self._decided and self._in_progress[wp] < self._clock():
                 raise TransactionNotInProgress(wp, INVALID)  # timed out: too late
             self._decided.add(wp)
+
+    def spoil(self, wp: int) -> None:
+        """A store of records under ``wp`` failed: the transaction may no longer be
+        decided (decide() refuses, so it can only be aborted). For callers told of their
+        stores' success only after answering their client (a Kafka transaction's Produce):
+        called on the writer thread as the store fails, so before any later write of the
+        writer decides. No effect once decided: a store after the decision was refused
+        and is not part of the commit."""
+        with self._lock:
+            if wp in self._in_progress and wp not in self._decided:
+                self._spoiled.add(wp)
 
     def _finished(self, wp: int) -> None:
         if self._on_finish is not None:

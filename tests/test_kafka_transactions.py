@@ -276,6 +276,7 @@ def payload_rows(gw: GatewayThread, topic: str) -> int:
     from tmsgate.storage import TopicId, keys
 
     store = gw.services.store
+    store.flush()  # a transactional Produce is answered before its records' write lands
     md = store.get_topic(TopicId("default", topic))
     prefix = keys.data_prefix(keys.PAYLOAD, md.topic, md.generation)
     return sum(1 for _ in store._backend.scan(prefix, keys.prefix_end(prefix)))
@@ -438,6 +439,89 @@ def test_a_timed_out_transaction_is_aborted_and_fenced(tmp_path: Any) -> None:
         assert p.send(topic, 1).error_code == E.INVALID_PRODUCER_EPOCH
         assert p.end(True) == E.PRODUCER_FENCED
         assert values(client, topic) == [] and plain_produce(client, topic).base_offset == 0
+        client.close()
+
+
+class FailingPayloadWrite:
+    """The store's backend, except that the next write holding PayloadTable rows fails
+    (a disk error at the fsync), after the Produce that queued them was answered."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.armed = False
+
+    def write(self, mutations: Any, sync: bool = True) -> None:
+        if self.armed and any(k[:1] == b"P" for k, _ in mutations):
+            self.armed = False
+            from tmsgate.storage import BackendError
+
+            raise BackendError("EIO (injected)")
+        self.backend.write(mutations, sync)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+
+def test_a_failed_write_of_answered_records_aborts_the_transaction(tmp_path: Any) -> None:
+    """A transactional Produce is answered before its records are on disk (nobody reads
+    them before the commit, and a restart aborts open transactions anyway). If their
+    write then fails, the commit must not go on without them: EndTxn aborts the
+    transaction and fences the producer (as a timeout does); nothing becomes visible, and
+    the next instance of the transactional id works."""
+    with gateway_thread(tmp_path) as failing:
+        store = failing.services.store
+        disk = FailingPayloadWrite(store._backend)
+        store._backend = store._writer._backend = disk  # the failure hits the real write
+        client = RawClient(failing.address)
+        topic = unique("lost-write")
+        create(client, topic)
+        p = Producer(client, unique("lost-write-id"))
+        assert p.add(topic) == {f"{topic}/0": E.NONE}
+        assert p.send(topic, 2).error_code == E.NONE
+        store.flush()
+        disk.armed = True
+        assert p.send(topic, 3).error_code == E.NONE  # answered; its write fails after
+        assert p.end(True) == E.PRODUCER_FENCED
+        state = describe(client, p.tid)[0]
+        assert state.transaction_state == "CompleteAbort"
+        assert (state.producer_id, state.producer_epoch) == (p.pid, p.epoch + 1)
+        assert values(client, topic) == [] and plain_produce(client, topic).base_offset == 0
+
+        again = Producer(client, p.tid)  # the next instance commits as usual
+        assert again.add(topic) == {f"{topic}/0": E.NONE}
+        assert again.send(topic, 2).error_code == E.NONE
+        assert again.end(True) == E.NONE
+        assert [o for o, _ in values(client, topic)] == [0, 1, 2]  # the plain one, then 2
+        assert failing.broker.producers.unwritten_txn_bytes == 0  # every write ended
+        client.close()
+
+
+def test_past_the_bound_a_transactional_produce_waits_for_its_write(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answered-but-unwritten transactional records are bounded (MAX_UNWRITTEN_TXN_BYTES):
+    past it, a Produce waits for its write, so a failed write is its own error (as for
+    any Produce) and the client may abort and go on, unfenced."""
+    from tmsgate.gateway.kafka.handlers import produce
+
+    monkeypatch.setattr(produce, "MAX_UNWRITTEN_TXN_BYTES", 0)
+    with gateway_thread(tmp_path) as failing:
+        store = failing.services.store
+        disk = FailingPayloadWrite(store._backend)
+        store._backend = store._writer._backend = disk
+        client = RawClient(failing.address)
+        topic = unique("bounded")
+        create(client, topic)
+        p = Producer(client, unique("bounded-id"))
+        assert p.add(topic) == {f"{topic}/0": E.NONE}
+        assert p.send(topic, 2).error_code == E.NONE
+        assert payload_rows(failing, topic) == 2
+        disk.armed = True
+        assert p.send(topic, 3).error_code == E.KAFKA_STORAGE_ERROR
+        assert p.end(False) == E.NONE
+        assert describe(client, p.tid)[0].producer_epoch == p.epoch  # not fenced
+        assert values(client, topic) == []
+        assert failing.broker.producers.unwritten_txn_bytes == 0
         client.close()
 
 

@@ -192,8 +192,8 @@ def test_an_aborted_transactions_payloads_are_discarded(store: Store, topic: Top
 
 def test_a_whole_commit_in_one_write(store: Store, topic: TopicId) -> None:
     """commit_sealed_async: a Kafka commit's decision, references and TMS commit in one
-    durable write; a topic with nothing stored counts 0, and a topic deleted meanwhile
-    too; the transaction must have been decided."""
+    durable write, decided on the writer; a topic with nothing stored counts 0, and a
+    topic deleted meanwhile too."""
     txm = store.transactions
     other, gone = TopicId("default", "other"), TopicId("default", "gone")
     store.create_topic(other)
@@ -203,9 +203,6 @@ def test_a_whole_commit_in_one_write(store: Store, topic: TopicId) -> None:
     store.store(gone, [b"x"], tx)
     store.delete_topics([gone])
     decision = {("test.decision", "t1"): b"commit"}
-    with pytest.raises(TransactionNotInProgress):  # not decided
-        store.commit_sealed_async(tx, [topic], decision)
-    txm.decide(tx.write_pointer)
     counts = store.commit_sealed_async(tx, [topic, other, gone], decision).result(10)
     assert counts == [2, 0, 0]
     assert txm.state(tx.write_pointer) == "committed"
@@ -213,7 +210,49 @@ def test_a_whole_commit_in_one_write(store: Store, topic: TopicId) -> None:
     # Sealed: committed, they read as plain messages.
     assert read(store, topic, offset=0)[0] == [(0, b"a", None), (1, b"b", None)]
     with pytest.raises(TransactionNotInProgress):  # once
-        store.commit_sealed_async(tx, [topic], decision)
+        store.commit_sealed_async(tx, [topic], decision).result(10)
+
+
+def test_a_failed_store_leaves_the_transaction_nothing_but_an_abort(
+    store: Store, topic: TopicId
+) -> None:
+    """A Kafka transaction's Produce is answered before its records' write lands, so a
+    write that then fails must keep the transaction from committing without them
+    (TransactionManager.spoil): the commit, decided on the writer after that write,
+    is refused and writes nothing, whether whole (commit_sealed_async) or step by step
+    (decide_async); the transaction can still be aborted. A store refused after the
+    decision (the commit is choosing its rows) does not undo the decision."""
+    txm = store.transactions
+    gone = TopicId("default", "gone-before-its-write")
+    store.create_topic(gone)
+    tx = txm.start()
+    wp = tx.write_pointer
+    store.store(topic, [b"a"], tx)
+    store.delete_topics([gone])
+    failed = store.store_async(gone, [b"x"], tx)  # fails on the writer: the topic is gone
+    decision = {("test.decision", "spoiled"): b"commit"}
+    refused = store.commit_sealed_async(tx, [topic], decision)  # queued behind it
+    assert isinstance(failed.exception(10), TopicNotFound)
+    with pytest.raises(TransactionNotInProgress) as caught:
+        refused.result(10)
+    assert caught.value.state == "incomplete"
+    with pytest.raises(TransactionNotInProgress):
+        store.decide_async(tx).result(10)
+    assert store.get_state("test.decision", "spoiled") is None  # nothing of it written
+    assert txm.state(wp) == "in_progress" and not txm.is_decided(wp)
+    assert read(store, topic, offset=0)[0] == []
+    txm.abort(tx)
+    assert txm.state(wp) == "aborted"
+
+    ok = txm.start()
+    store.store(topic, [b"b"], ok)
+    store.decide_async(ok).result(10)  # step by step: decided after the store landed
+    late = store.store_async(topic, [b"late"], ok)
+    assert isinstance(late.exception(10), TransactionNotInProgress)
+    assert txm.is_decided(ok.write_pointer)  # not spoiled by a store after the decision
+    assert sealed(store, topic, ok) == 1
+    txm.commit(ok)
+    assert [p for _o, p, _w in read(store, topic, offset=0)[0]] == [b"b"]
 
 
 @pytest.mark.parametrize("crash_after", range(12))

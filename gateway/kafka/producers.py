@@ -40,6 +40,10 @@ ID_BLOCK = 1000
 CLUSTER_ID_BASE = 1 << 40
 KEEP_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 MAX_CACHED = 100_000
+# Transactional batches answered before their write lands (handlers/produce.py): at most
+# this many bytes of them queued for the writer. Past it a Produce waits for its write,
+# as any other does, so a producer cannot queue more than this in the gateway's memory.
+MAX_UNWRITTEN_TXN_BYTES = 32 << 20
 NO_EPOCH = -1
 _HEAD = struct.Struct(">hB")
 _BATCH = struct.Struct(">iiqq")
@@ -157,6 +161,7 @@ class ProducerStates:
         self._ids_lock = asyncio.Lock()
         self._next_id = 0
         self._id_limit = 0
+        self.unwritten_txn_bytes = 0  # event loop only: see MAX_UNWRITTEN_TXN_BYTES
 
     @staticmethod
     def key(info: TopicInfo, producer_id: int) -> str:

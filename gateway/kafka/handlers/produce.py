@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tmsgate.protocol import (
     ApiKey,
@@ -34,12 +34,15 @@ from tmsgate.storage import StateConflict, StorageError, TopicNotFound
 
 from ...acls import Operation, ResourceType
 from ..context import CloseConnection, RequestContext
-from ..errors import FailureLog, error_of
-from ..producers import BatchRecord, check, describe
+from ..errors import FailureLog, error_code, error_of
+from ..producers import MAX_UNWRITTEN_TXN_BYTES, BatchRecord, check, describe
 from ..records import to_entries
 from ..routes import Route
 from ..topics import TopicInfo
 from ..txn import TxnError
+
+if TYPE_CHECKING:
+    from ..broker import Broker
 
 log = logging.getLogger("tmsgate.kafka.produce")
 # Failed produces are logged once with their cause, then counted (a full disk refuses
@@ -286,31 +289,62 @@ async def _prepare_transactional(
     except Exception as exc:
         broker.producers.failed(key, rec, exc)
         return _fail(*error_of(exc, f"produce to {info.id} in transaction {wp}", FAILURES))
-    return asyncio.ensure_future(_complete_stored(ctx, info, fut, rec, key, batch))
+    # Answered now, not once the records are on disk: nobody reads an open transaction's
+    # records, and a restart aborts every open transaction, on disk or not, so their
+    # fsync protects nothing until the commit. The commit is decided on the store's
+    # writer after these records' write: it lands only if they did, and EndTxn is
+    # answered once all of it is on disk. If the write fails, the commit is refused
+    # (TransactionManager.spoil): EndTxn aborts the transaction and fences the producer.
+    # Up to MAX_UNWRITTEN_TXN_BYTES queued; past that, the Produce waits for its write.
+    producers = broker.producers
+    early = producers.unwritten_txn_bytes + batch.size <= MAX_UNWRITTEN_TXN_BYTES
+    held = batch.size if early else 0
+    producers.unwritten_txn_bytes += held
+    loop = asyncio.get_running_loop()
+    fut.add_done_callback(
+        lambda done: loop.call_soon_threadsafe(_stored, broker, info, rec, key, held, done)
+    )
+    if not early:
+        return asyncio.ensure_future(_written(broker, fut, rec, batch))
+    return _accepted(broker, rec, batch)
 
 
-async def _complete_stored(
-    ctx: RequestContext,
-    info: TopicInfo,
-    fut: Any,
-    rec: BatchRecord,
-    key: str,
-    batch: ProducedBatch,
-) -> Outcome:
-    broker = ctx.broker
-    try:
-        await broker.wait_future(fut)
-    except asyncio.CancelledError:
-        broker.producers.failed(key, rec, StorageError("the produce was cancelled"))
-        raise
-    except Exception as exc:
-        broker.producers.failed(key, rec, exc)
-        return _fail(*error_of(exc, f"produce to {info.id} (transactional)", FAILURES))
-    FAILURES.succeeded()
+def _accepted(broker: Broker, rec: BatchRecord, batch: ProducedBatch) -> Outcome:
     broker.producers.completed(rec, -1, -1)
     broker.metrics.produced_messages.inc(len(batch.records))
     broker.metrics.produced_bytes.inc(batch.size)
     return Outcome(ErrorCode.NONE)
+
+
+async def _written(broker: Broker, fut: Any, rec: BatchRecord, batch: ProducedBatch) -> Outcome:
+    """A transactional batch answered once its write lands (too much is queued already)."""
+    try:
+        await broker.wait_future(fut)
+    except Exception as exc:  # _stored keeps the books and logs it
+        return _fail(error_code(exc), str(exc) or type(exc).__name__)
+    return _accepted(broker, rec, batch)
+
+
+def _stored(
+    broker: Broker, info: TopicInfo, rec: BatchRecord, key: str, held: int, fut: Any
+) -> None:
+    """A transactional batch's write ended. ``held``: its bytes, if it was answered before
+    (0 if its Produce waited for this)."""
+    broker.producers.unwritten_txn_bytes -= held
+    exc = fut.exception() if not fut.cancelled() else StorageError("the produce was cancelled")
+    if exc is None:
+        FAILURES.succeeded()
+        return
+    broker.producers.failed(key, rec, exc)
+    code, message = error_of(exc, f"produce to {info.id} (transactional)", FAILURES)
+    if held:
+        log.warning(
+            "a transactional write to %s failed after its Produce was answered (%s: %s); "
+            "the transaction can no longer commit",
+            info.id,
+            code.name,
+            message,
+        )
 
 
 def _completed(

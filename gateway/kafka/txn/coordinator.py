@@ -8,7 +8,9 @@ every reader until the TMS commit) and commits the TMS transaction, which makes 
 topic visible at once; the group offsets follow. docs/transactions.md has the whole
 mapping; the steps of a commit:
 
-  1. decide      TransactionManager.decide(wp): no timeout or abort can end it now
+  1. decide      TransactionManager.decide(wp) on the store's writer, after every store
+                 of the transaction: no timeout or abort can end it now (refused if a
+                 store failed: the Produce was answered before it landed)
   2. record      the transactional id's row in state PrepareCommit (one row: the decision)
   3. reference   Store.publish_sealed_async per topic (idempotent)
   4. commit      TransactionManager.commit_async(wp): every topic visible at once
@@ -37,7 +39,7 @@ from urllib.parse import quote, unquote
 
 from tmsgate.protocol import ErrorCode
 from tmsgate.storage import StorageError, TopicId, TopicNotFound, TransactionNotInProgress
-from tmsgate.storage.transactions import COMMITTED
+from tmsgate.storage.transactions import COMMITTED, INCOMPLETE
 
 from ..groups import GroupError
 from .model import (
@@ -75,6 +77,15 @@ class TxnError(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class _Undecided(Exception):
+    """The commit could not be decided (timed out, or a store of its records failed):
+    nothing of it was recorded, so it is aborted."""
+
+    def __init__(self, cause: TransactionNotInProgress) -> None:
+        super().__init__(str(cause))
+        self.state = cause.state
 
 
 def _discarded(fut: Future[int]) -> None:
@@ -256,7 +267,10 @@ class TxnCoordinator:
                 )
             if rec.state is TxnState.PREPARE_COMMIT:
                 # A decided commit whose steps failed: it is finished, never aborted.
-                await self._apply_commit(rec, replay=False)
+                try:
+                    await self._apply_commit(rec, replay=False)
+                except _Undecided:  # never decided after all: aborted below
+                    rec.state = TxnState.ONGOING
             if rec.state.is_open:
                 await self._abort(rec, fence=False)
             await self._bump(rec, own=producer_id >= 0)
@@ -436,7 +450,7 @@ class TxnCoordinator:
             if rec is not None and rec.state is TxnState.PREPARE_COMMIT and commit:
                 # A commit whose steps failed (storage error): the client retries.
                 self._current_ids(rec, transactional_id, producer_id, epoch)
-                await self._apply_commit(rec, replay=False)
+                await self._commit_or_abort(rec, whole=False)
                 return
             rec = self._current(transactional_id, producer_id, epoch)
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
@@ -451,18 +465,25 @@ class TxnCoordinator:
             if not commit:
                 await self._abort(rec, fence=False)
                 return
-            try:
-                self.store.transactions.decide(rec.write_pointer)
-            except TransactionNotInProgress:
-                # Timed out (the transaction manager got there first): aborted, fenced.
-                await self._abort(rec, fence=True)
-                self._ended.labels("timed_out").inc()
-                raise TxnError(
-                    E.PRODUCER_FENCED,
-                    f"the transaction of {transactional_id!r} timed out and was aborted",
-                ) from None
             rec.state, rec.decided_ms = TxnState.PREPARE_COMMIT, self.store.now_ms()
-            await self._apply_commit(rec, replay=False, whole=not self.stepwise)
+            await self._commit_or_abort(rec, whole=not self.stepwise)
+
+    async def _commit_or_abort(self, rec: TxnRecord, whole: bool) -> None:
+        """Commit (decided on the store's writer, after every store of the transaction);
+        if it cannot be decided, abort it and fence the producer, as Kafka does when a
+        transaction times out."""
+        try:
+            await self._apply_commit(rec, replay=False, whole=whole)
+        except _Undecided as exc:
+            rec.state = TxnState.ONGOING
+            await self._abort(rec, fence=True)
+            failed = exc.state == INCOMPLETE
+            self._ended.labels("failed" if failed else "timed_out").inc()
+            why = "a write of its records failed" if failed else "it timed out"
+            raise TxnError(
+                E.PRODUCER_FENCED,
+                f"the transaction of {rec.transactional_id!r} was aborted: {why}",
+            ) from None
 
     @staticmethod
     def _current_ids(rec: TxnRecord, transactional_id: str, producer_id: int, epoch: int) -> None:
@@ -474,22 +495,29 @@ class TxnCoordinator:
     async def _apply_commit(self, rec: TxnRecord, replay: bool, whole: bool = False) -> None:
         """Steps 2-6 of a commit (the module docstring); each is durable before the next,
         and each may run again. ``whole``: steps 2-4 as one write (a fresh decision; a
-        retry or replay takes them one by one). On a storage error the record stays
-        PrepareCommit (a retried EndTxn, or the next start, carries on) and the client is
-        told to retry."""
+        retry or replay takes them one by one). Unless ``replay``, the commit is decided
+        first, on the store's writer after every store of the transaction (in the one
+        write when ``whole``): _Undecided if it cannot be, with nothing recorded. On a
+        storage error the record stays PrepareCommit (a retried EndTxn, or the next start,
+        carries on) and the client is told to retry."""
         wp = rec.write_pointer
         try:
+            if not replay and not whole:
+                await self._decide(wp)
             if not replay:
                 await self._step("record")
             if whole:
                 # Steps 2-4 as one durable write (Store.commit_sealed_async), ordered so
                 # that a write landing in part is finished by the replay below.
                 topics = sorted(rec.topics)
-                referenced = await asyncio.wrap_future(
-                    self.store.commit_sealed_async(
-                        wp, [self._topic_id(t) for t in topics], self._record_row(rec)
+                try:
+                    referenced = await asyncio.wrap_future(
+                        self.store.commit_sealed_async(
+                            wp, [self._topic_id(t) for t in topics], self._record_row(rec)
+                        )
                     )
-                )
+                except TransactionNotInProgress as exc:  # decide() refused: nothing written
+                    raise _Undecided(exc) from exc
             else:
                 if not replay:
                     await self._persist(rec)  # the decision
@@ -530,6 +558,12 @@ class TxnCoordinator:
             raise TxnError(E.COORDINATOR_NOT_AVAILABLE, f"commit not finished: {exc}") from exc
         self._ended.labels("committed").inc()
         log.debug("committed %r wp=%d: %d records", rec.transactional_id, wp, records)
+
+    async def _decide(self, wp: int) -> None:
+        try:
+            await asyncio.wrap_future(self.store.decide_async(wp))
+        except TransactionNotInProgress as exc:
+            raise _Undecided(exc) from exc
 
     @staticmethod
     def _log_failed_write(fut: Future[object]) -> None:
