@@ -616,10 +616,13 @@ class Store:
         return self.store_async(topic, items, tx).result()
 
     def store_async(
-        self, topic: TopicId, items: Sequence[Item], tx: Transaction | int
+        self, topic: TopicId, items: Sequence[Item], tx: Transaction | int, spoil: bool = False
     ) -> Future[StoredRange]:
         """Write payloads to the PayloadTable under the transaction's write pointer; -> the
-        rows written (what publish_kept_async takes to choose among several stores)."""
+        rows written (what publish_kept_async takes to choose among several stores).
+        ``spoil``: if this write fails, the transaction can no longer be decided
+        (TransactionManager.spoil), for a caller that answers its client before the write
+        lands (a Kafka transaction's Produce). Others hear of the failure and choose."""
         wp = _write_pointer(tx)
         if wp is None:
             raise InvalidTransaction("store() needs a transaction")
@@ -666,6 +669,8 @@ class Store:
             return StoredRange(wp, first[0], first[1], ts, seq, len(entries))
 
         fut = self._writer.submit(op)
+        if not spoil:
+            return fut
 
         def spoil_if_failed(done: Future[StoredRange]) -> None:
             # On the writer thread as the store fails: before any later write decides.

@@ -229,7 +229,10 @@ def test_a_failed_store_leaves_the_transaction_nothing_but_an_abort(
     wp = tx.write_pointer
     store.store(topic, [b"a"], tx)
     store.delete_topics([gone])
-    failed = store.store_async(gone, [b"x"], tx)  # fails on the writer: the topic is gone
+    unmarked = store.store_async(gone, [b"x"], tx)  # fails, and its caller was told
+    assert isinstance(unmarked.exception(10), TopicNotFound)
+    assert not txm.is_decided(wp)  # (HTTP and Spark may still commit what did land)
+    failed = store.store_async(gone, [b"x"], tx, spoil=True)  # fails on the writer
     decision = {("test.decision", "spoiled"): b"commit"}
     refused = store.commit_sealed_async(tx, [topic], decision)  # queued behind it
     assert isinstance(failed.exception(10), TopicNotFound)
@@ -244,6 +247,12 @@ def test_a_failed_store_leaves_the_transaction_nothing_but_an_abort(
     txm.abort(tx)
     assert txm.state(wp) == "aborted"
 
+    told = txm.start()  # a failure without ``spoil`` leaves the commit to the caller
+    store.store(topic, [b"t"], told)
+    assert isinstance(store.store_async(gone, [b"x"], told).exception(10), TopicNotFound)
+    assert store.commit_sealed_async(told, [topic], {}).result(10) == [1]
+    assert [p for _o, p, _w in read(store, topic, offset=0)[0]] == [b"t"]
+
     ok = txm.start()
     store.store(topic, [b"b"], ok)
     store.decide_async(ok).result(10)  # step by step: decided after the store landed
@@ -252,7 +261,7 @@ def test_a_failed_store_leaves_the_transaction_nothing_but_an_abort(
     assert txm.is_decided(ok.write_pointer)  # not spoiled by a store after the decision
     assert sealed(store, topic, ok) == 1
     txm.commit(ok)
-    assert [p for _o, p, _w in read(store, topic, offset=0)[0]] == [b"b"]
+    assert [p for _o, p, _w in read(store, topic, offset=0)[0]] == [b"t", b"b"]
 
 
 @pytest.mark.parametrize("crash_after", range(12))

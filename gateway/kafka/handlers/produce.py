@@ -285,7 +285,7 @@ async def _prepare_transactional(
         return _fail(verdict.error, verdict.message or verdict.error.name)
     rec, _durable_state = broker.producers.record(key, entry, batch, info.id)  # memory only
     try:
-        fut = broker.store.store_async(info.id, entries, wp)
+        fut = broker.store.store_async(info.id, entries, wp, spoil=True)
     except Exception as exc:
         broker.producers.failed(key, rec, exc)
         return _fail(*error_of(exc, f"produce to {info.id} in transaction {wp}", FAILURES))
