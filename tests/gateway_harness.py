@@ -141,6 +141,36 @@ class GatewayThread:
             self._ready.set()
 
 
+class FailingWrite:
+    """A store's backend, except that the next write (once ``armed``) holding a row of
+    ``table`` (a key prefix: b"M" MessageTable, b"P" PayloadTable) fails as a disk error
+    at the fsync would, after ``delay_s`` (an fsync in progress). ``install`` puts it under
+    a store's writer, so the failure hits the real write path."""
+
+    def __init__(self, backend: Any, table: bytes, delay_s: float = 0.0) -> None:
+        self.backend, self.table, self.delay_s = backend, table, delay_s
+        self.armed = False
+
+    @classmethod
+    def install(cls, store: Any, table: bytes, delay_s: float = 0.0) -> FailingWrite:
+        disk = cls(store._backend, table, delay_s)
+        store._backend = store._writer._backend = disk
+        return disk
+
+    def write(self, mutations: Any, sync: bool = True) -> None:
+        if self.armed and any(k[:1] == self.table for k, _ in mutations):
+            self.armed = False
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            from tmsgate.storage import BackendError
+
+            raise BackendError("EIO (injected)")
+        self.backend.write(mutations, sync)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+
 @contextmanager
 def gateway_thread(
     tmp_path: Path, http: bool = False, clock: Callable[[], int] | None = None, **config: Any

@@ -4,35 +4,16 @@ lost one: LevelDB on disk, with the failure injected at the write, as a full dis
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
-from typing import Any
 
 import kafka_requests as kr
+from gateway_harness import FailingWrite
 from tmsgate.gateway.kafka import GatewayConfig
 from tmsgate.gateway.kafka.broker import Broker
 from tmsgate.gateway.kafka.context import RequestContext
 from tmsgate.gateway.kafka.handlers import produce as produce_handler
 from tmsgate.protocol import ErrorCode, Request
-from tmsgate.storage import BackendError, TopicId, open_store
-
-
-class FailingDisk:
-    """The first message write after arming waits (an fsync in progress), then fails."""
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.armed = False
-
-    def write(self, mutations: Any, sync: bool = True) -> None:
-        if self.armed and any(k[:1] == b"M" for k, _ in mutations):
-            self.armed = False
-            time.sleep(0.2)
-            raise BackendError("EIO (injected)")
-        self.backend.write(mutations, sync)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.backend, name)
+from tmsgate.storage import TopicId, open_store
 
 
 async def send(broker: Broker, raw: bytes, cid: int) -> tuple[int, int]:
@@ -45,8 +26,8 @@ async def send(broker: Broker, raw: bytes, cid: int) -> tuple[int, int]:
 def test_a_failed_write_is_not_skipped_by_the_next_batch(tmp_path: Path) -> None:
     async def main() -> None:
         store = open_store(f"leveldb://{tmp_path}")
-        disk = FailingDisk(store._backend)
-        store._backend = store._writer._backend = disk  # the failure hits the real write path
+        # The first message write after arming waits (an fsync in progress), then fails.
+        disk = FailingWrite.install(store, b"M", delay_s=0.2)
         broker = Broker(store, GatewayConfig())
         broker.attach(asyncio.get_running_loop())
         try:

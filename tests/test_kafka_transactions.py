@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import kafka_requests as kr
 import pytest
-from gateway_harness import GatewayThread, RawClient, gateway_thread
+from gateway_harness import FailingWrite, GatewayThread, RawClient, gateway_thread
 from kafka.protocol.admin.transactions import (
     DescribeTransactionsRequest,
     ListTransactionsRequest,
@@ -442,24 +444,25 @@ def test_a_timed_out_transaction_is_aborted_and_fenced(tmp_path: Any) -> None:
         client.close()
 
 
-class FailingPayloadWrite:
-    """The store's backend, except that the next write holding PayloadTable rows fails
-    (a disk error at the fsync), after the Produce that queued them was answered."""
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.armed = False
-
-    def write(self, mutations: Any, sync: bool = True) -> None:
-        if self.armed and any(k[:1] == b"P" for k, _ in mutations):
-            self.armed = False
-            from tmsgate.storage import BackendError
-
-            raise BackendError("EIO (injected)")
-        self.backend.write(mutations, sync)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.backend, name)
+@contextmanager
+def failing_payload_writes(tmp_path: Any, prefix: str) -> Iterator[tuple[Any, ...]]:
+    """A gateway whose next PayloadTable write fails once armed (a disk error at the
+    fsync), a client, a topic and a transactional producer with its first 2 records
+    written. -> (gateway, disk, client, topic, producer)."""
+    with gateway_thread(tmp_path) as failing:
+        store = failing.services.store
+        disk = FailingWrite.install(store, b"P")
+        client = RawClient(failing.address)
+        topic = unique(prefix)
+        create(client, topic)
+        p = Producer(client, unique(f"{prefix}-id"))
+        assert p.add(topic) == {f"{topic}/0": E.NONE}
+        assert p.send(topic, 2).error_code == E.NONE
+        assert payload_rows(failing, topic) == 2
+        try:
+            yield failing, disk, client, topic, p
+        finally:
+            client.close()
 
 
 def test_a_failed_write_of_answered_records_aborts_the_transaction(tmp_path: Any) -> None:
@@ -468,17 +471,7 @@ def test_a_failed_write_of_answered_records_aborts_the_transaction(tmp_path: Any
     write then fails, the commit must not go on without them: EndTxn aborts the
     transaction and fences the producer (as a timeout does); nothing becomes visible, and
     the next instance of the transactional id works."""
-    with gateway_thread(tmp_path) as failing:
-        store = failing.services.store
-        disk = FailingPayloadWrite(store._backend)
-        store._backend = store._writer._backend = disk  # the failure hits the real write
-        client = RawClient(failing.address)
-        topic = unique("lost-write")
-        create(client, topic)
-        p = Producer(client, unique("lost-write-id"))
-        assert p.add(topic) == {f"{topic}/0": E.NONE}
-        assert p.send(topic, 2).error_code == E.NONE
-        store.flush()
+    with failing_payload_writes(tmp_path, "lost-write") as (failing, disk, client, topic, p):
         disk.armed = True
         assert p.send(topic, 3).error_code == E.NONE  # answered; its write fails after
         assert p.end(True) == E.PRODUCER_FENCED
@@ -493,7 +486,6 @@ def test_a_failed_write_of_answered_records_aborts_the_transaction(tmp_path: Any
         assert again.end(True) == E.NONE
         assert [o for o, _ in values(client, topic)] == [0, 1, 2]  # the plain one, then 2
         assert failing.broker.producers.unwritten_txn_bytes == 0  # every write ended
-        client.close()
 
 
 def test_past_the_bound_a_transactional_produce_waits_for_its_write(
@@ -505,24 +497,13 @@ def test_past_the_bound_a_transactional_produce_waits_for_its_write(
     from tmsgate.gateway.kafka.handlers import produce
 
     monkeypatch.setattr(produce, "MAX_UNWRITTEN_TXN_BYTES", 0)
-    with gateway_thread(tmp_path) as failing:
-        store = failing.services.store
-        disk = FailingPayloadWrite(store._backend)
-        store._backend = store._writer._backend = disk
-        client = RawClient(failing.address)
-        topic = unique("bounded")
-        create(client, topic)
-        p = Producer(client, unique("bounded-id"))
-        assert p.add(topic) == {f"{topic}/0": E.NONE}
-        assert p.send(topic, 2).error_code == E.NONE
-        assert payload_rows(failing, topic) == 2
+    with failing_payload_writes(tmp_path, "bounded") as (failing, disk, client, topic, p):
         disk.armed = True
         assert p.send(topic, 3).error_code == E.KAFKA_STORAGE_ERROR
         assert p.end(False) == E.NONE
         assert describe(client, p.tid)[0].producer_epoch == p.epoch  # not fenced
         assert values(client, topic) == []
         assert failing.broker.producers.unwritten_txn_bytes == 0
-        client.close()
 
 
 def test_an_idle_transactional_id_is_forgotten(tmp_path: Any) -> None:
