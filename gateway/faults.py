@@ -10,6 +10,10 @@ outside tests), nothing is installed and commits run straight through.
 (gateway/transactions.py: record, publish, commit, forget; ``publish`` pauses after the
 first topic's reference, with the others not yet written).
 
+``TMSGATE_FAULT_TXN_RECORDS_PAUSE=1`` stops the store's writer, for ever, before the first
+write that holds PayloadTable rows (a Kafka transaction's records, whose Produce is
+answered before that write lands), after logging ``fault: records write paused``.
+
 ``TMSGATE_FAULT_TOPIC_PAUSE=<step>`` does the same between the writes of a Kafka topic
 change that spans partitions (storage/partitions.py: create.head, grow.count,
 update.rest, delete.rest), blocking the executor thread making the change.
@@ -23,18 +27,24 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from tmsgate.storage import keys
+
 if TYPE_CHECKING:
+    from tmsgate.storage.backend import Mutation
+
     from .services import Services
 
 log = logging.getLogger("tmsgate.faults")
 TXN_PAUSE = "TMSGATE_FAULT_TXN_PAUSE"
 TOPIC_PAUSE = "TMSGATE_FAULT_TOPIC_PAUSE"
 TX_COMMIT_PAUSE = "TMSGATE_FAULT_TX_COMMIT_PAUSE"
+TXN_RECORDS_PAUSE = "TMSGATE_FAULT_TXN_RECORDS_PAUSE"
 
 
 def install_from_env(services: Services) -> None:
     _topic_pause(services)
     _tx_commit_pause(services)
+    _records_pause(services)
     step = os.environ.get(TXN_PAUSE)
     if not step:
         return
@@ -49,6 +59,20 @@ def install_from_env(services: Services) -> None:
     # A stop between the decision, the references and the commit is what a write of all
     # three landing in part leaves: take them one write each to stop there.
     services.broker.txns.stepwise = step in ("reference", "commit")
+
+
+def _records_pause(services: Services) -> None:
+    if not os.environ.get(TXN_RECORDS_PAUSE):
+        return
+    log.warning("fault point armed: the store's writer pauses before writing payload rows")
+    payload = keys.PAYLOAD
+
+    def before_write(mutations: list[Mutation]) -> None:
+        if any(key[:1] == payload for key, _ in mutations):
+            log.warning("fault: records write paused")
+            threading.Event().wait()  # until the process is killed
+
+    services.store.pause_writes_before(before_write)
 
 
 def _topic_pause(services: Services) -> None:

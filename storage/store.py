@@ -990,6 +990,11 @@ class Store:
             return {"writes_refused": 0, "free_bytes": 0, "reserve_bytes": 0, "resume_bytes": 0}
         return self._space.stats()
 
+    def pause_writes_before(self, hook: Callable[[list[Mutation]], None] | None) -> None:
+        """Fault tests only: ``hook`` sees each durable write's mutations just before the
+        write, on the writer thread, and may block it (kill -9 there)."""
+        self._writer.before_write = hook
+
     def writer_stats(self) -> dict[str, int]:
         return {"batches": self._writer.batches, "operations": self._writer.operations}
 

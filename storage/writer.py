@@ -121,6 +121,9 @@ class Writer:
         self._thread.start()
         self.batches = 0
         self.operations = 0
+        # Fault tests only (gateway/faults.py): called with each batch's mutations just
+        # before they are written, on this thread; it may block (kill -9 there).
+        self.before_write: Callable[[list[Mutation]], None] | None = None
         self.failed_batches = 0
         self._unlogged_failures = 0  # failed batches not logged yet
         self._last_failure_log = float("-inf")
@@ -190,6 +193,8 @@ class Writer:
         try:
             if not batch.empty:
                 phases = batch.phases()
+                if self.before_write is not None:
+                    self.before_write([m for phase in phases for m in phase])
                 if len(phases) == 1:
                     self._backend.write(phases[0], sync=True)
                 else:

@@ -143,3 +143,60 @@ def _commit(producer: Producer) -> object:
         return "committed"
     except KafkaException as exc:
         return exc.args[0].name()
+
+
+def test_kill9_after_records_were_answered_before_their_write(fault_gateway, faults_report):
+    """A transactional Produce is answered before its records' write lands. The gateway's
+    writer is stopped before that write (``TMSGATE_FAULT_TXN_RECORDS_PAUSE``), the
+    producer has its answers (flush() returned) and is committing, and the gateway is
+    killed with SIGKILL. After a restart and a second one: nothing of the transaction is
+    visible to any reader, the group has no offset, the old instance did not commit, and
+    a new instance of the transactional id commits normally."""
+    gw = fault_gateway(env={"TMSGATE_FAULT_TXN_RECORDS_PAUSE": "1"})
+    suffix = uuid.uuid4().hex[:8]
+    topic_a, topic_b, source, group = f"a-{suffix}", f"b-{suffix}", f"in-{suffix}", f"g-{suffix}"
+    create_topics(gw.bootstrap, topic_a, topic_b, source)
+    producer = Producer(
+        {"bootstrap.servers": gw.bootstrap, "transactional.id": f"tx-{suffix}", "linger.ms": 0}
+    )
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for value in A_VALUES:
+        producer.produce(topic_a, value, key=b"k")
+    for value in B_VALUES:
+        producer.produce(topic_b, value)
+    assert producer.flush(10) == 0  # every record answered, none written
+    marker = "fault: records write paused"
+    deadline = time.monotonic() + 20
+    while marker not in gw.log_tail(400) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker in gw.log_tail(400), gw.log_tail()
+    member = Consumer({"bootstrap.servers": gw.bootstrap, "group.id": group})
+    producer.send_offsets_to_transaction(
+        [TopicPartition(source, 0, 7)], member.consumer_group_metadata(), 10
+    )
+    member.close()
+    outcome: list[object] = []
+    committer = threading.Thread(
+        target=lambda: outcome.append(_commit(producer)), name="commit", daemon=True
+    )
+    committer.start()  # its EndTxn waits behind the stopped writer, or is not sent yet
+    gw.kill9()
+    gw.extra_env = {}
+    gw.start()
+    for restart in range(2):
+        for isolation in ("read_committed", "read_uncommitted"):
+            assert read_all(gw.bootstrap, topic_a, isolation) == [], (restart, isolation)
+            assert read_all(gw.bootstrap, topic_b, isolation) == [], (restart, isolation)
+        assert committed_offset(gw.bootstrap, group, source) == -1001
+        if restart == 0:
+            gw.crash_restart()
+    fresh = Producer({"bootstrap.servers": gw.bootstrap, "transactional.id": f"tx-{suffix}"})
+    fresh.init_transactions(10)
+    fresh.begin_transaction()
+    fresh.produce(topic_a, b"after")
+    fresh.commit_transaction(10)
+    assert read_all(gw.bootstrap, topic_a, "read_committed") == [(0, b"after")]
+    committer.join(25)
+    assert outcome != ["committed"], outcome
+    faults_report(step="records-answered", old_producer=str(outcome[:1])[:80])
