@@ -301,9 +301,12 @@ async def _prepare_transactional(
     held = batch.size if early else 0
     producers.unwritten_txn_bytes += held
     loop = asyncio.get_running_loop()
-    fut.add_done_callback(
-        lambda done: loop.call_soon_threadsafe(_stored, broker, info, rec, key, held, done)
-    )
+
+    def on_writer(done: Future[Any]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed (shutdown)
+            loop.call_soon_threadsafe(_stored, broker, info, rec, key, held, done)
+
+    fut.add_done_callback(on_writer)
     if not early:
         return asyncio.ensure_future(_written(broker, fut, rec, batch))
     return _accepted(broker, rec, batch)
