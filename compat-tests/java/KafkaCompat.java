@@ -187,7 +187,15 @@ public final class KafkaCompat {
                 && cause.getCause() != null) {
             cause = cause.getCause();
         }
-        return "{\"error\":" + q(cause.getClass().getName()) + ",\"message\":" + q(String.valueOf(cause.getMessage())) + "}";
+        // The causes too: a producer in an error state throws "Cannot execute transactional
+        // method because we are in an error state" with the refusal as its cause.
+        StringBuilder causes = new StringBuilder();
+        int n = 0;
+        for (Throwable c = cause.getCause(); c != null && c != cause && n < 8; c = c.getCause(), n++) {
+            causes.append(n == 0 ? "" : ",").append(q(c.getClass().getName()));
+        }
+        return "{\"error\":" + q(cause.getClass().getName()) + ",\"message\":" + q(String.valueOf(cause.getMessage()))
+                + (n == 0 ? "" : ",\"causes\":[" + causes + "]") + "}";
     }
 
     static void out(String line) {
