@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -80,9 +81,19 @@ def committed_offset(bootstrap: str, group: str, topic: str) -> int:
         consumer.close()
 
 
-@pytest.mark.parametrize("step", STEPS)
-def test_kill9_between_commit_steps(fault_gateway, step, faults_report):
-    gw = fault_gateway(env={"TMSGATE_FAULT_TXN_PAUSE": step})
+@dataclass
+class OpenTransaction:
+    suffix: str
+    topic_a: str
+    topic_b: str
+    source: str
+    group: str
+    producer: Producer
+
+
+def open_transaction(gw) -> OpenTransaction:
+    """A transactional producer that wrote A_VALUES to topic A and B_VALUES to topic B
+    (each answered: flush() returned) and sent offset 7 of the source for the group."""
     suffix = uuid.uuid4().hex[:8]
     topic_a, topic_b, source, group = f"a-{suffix}", f"b-{suffix}", f"in-{suffix}", f"g-{suffix}"
     create_topics(gw.bootstrap, topic_a, topic_b, source)
@@ -101,17 +112,34 @@ def test_kill9_between_commit_steps(fault_gateway, step, faults_report):
         [TopicPartition(source, 0, 7)], member.consumer_group_metadata(), 10
     )
     member.close()
-    # The commit blocks (the gateway waits at the fault point): run it aside.
+    return OpenTransaction(suffix, topic_a, topic_b, source, group, producer)
+
+
+def commit_aside(producer: Producer) -> tuple[threading.Thread, list[object]]:
+    """commit_transaction() on a thread of its own (the gateway may never answer it)."""
     outcome: list[object] = []
     committer = threading.Thread(
         target=lambda: outcome.append(_commit(producer)), name="commit", daemon=True
     )
     committer.start()
-    marker = f"fault: commit paused before {step}"
+    return committer, outcome
+
+
+def wait_for_log(gw, marker: str) -> None:
     deadline = time.monotonic() + 20
     while marker not in gw.log_tail(400) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker in gw.log_tail(400), gw.log_tail()
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_kill9_between_commit_steps(fault_gateway, step, faults_report):
+    gw = fault_gateway(env={"TMSGATE_FAULT_TXN_PAUSE": step})
+    txn = open_transaction(gw)
+    topic_a, topic_b, source, group = txn.topic_a, txn.topic_b, txn.source, txn.group
+    # The commit blocks (the gateway waits at the fault point): run it aside.
+    committer, outcome = commit_aside(txn.producer)
+    wait_for_log(gw, f"fault: commit paused before {step}")
     gw.kill9()
     gw.extra_env = {}  # restart without the fault point: the replay must run through
     gw.start()
@@ -126,15 +154,20 @@ def test_kill9_between_commit_steps(fault_gateway, step, faults_report):
         if restart == 0:
             gw.crash_restart()
     # The transactional id works on: a new instance commits after the recovery.
-    fresh = Producer({"bootstrap.servers": gw.bootstrap, "transactional.id": f"tx-{suffix}"})
-    fresh.init_transactions(10)
-    fresh.begin_transaction()
-    fresh.produce(topic_a, b"after")
-    fresh.commit_transaction(10)
+    commit_one(gw.bootstrap, txn.suffix, topic_a, b"after")
     values = [v for _, v in read_all(gw.bootstrap, topic_a, "read_committed")]
     assert values == ([*A_VALUES, b"after"] if decided else [b"after"])
     committer.join(15)
     faults_report(step=step, decided=decided, old_producer=str(outcome[:1])[:80])
+
+
+def commit_one(bootstrap: str, suffix: str, topic: str, value: bytes) -> None:
+    """A new instance of the transactional id commits one record."""
+    fresh = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{suffix}"})
+    fresh.init_transactions(10)
+    fresh.begin_transaction()
+    fresh.produce(topic, value)
+    fresh.commit_transaction(10)
 
 
 def _commit(producer: Producer) -> object:
@@ -153,34 +186,11 @@ def test_kill9_after_records_were_answered_before_their_write(fault_gateway, fau
     visible to any reader, the group has no offset, the old instance did not commit, and
     a new instance of the transactional id commits normally."""
     gw = fault_gateway(env={"TMSGATE_FAULT_TXN_RECORDS_PAUSE": "1"})
-    suffix = uuid.uuid4().hex[:8]
-    topic_a, topic_b, source, group = f"a-{suffix}", f"b-{suffix}", f"in-{suffix}", f"g-{suffix}"
-    create_topics(gw.bootstrap, topic_a, topic_b, source)
-    producer = Producer(
-        {"bootstrap.servers": gw.bootstrap, "transactional.id": f"tx-{suffix}", "linger.ms": 0}
-    )
-    producer.init_transactions(10)
-    producer.begin_transaction()
-    for value in A_VALUES:
-        producer.produce(topic_a, value, key=b"k")
-    for value in B_VALUES:
-        producer.produce(topic_b, value)
-    assert producer.flush(10) == 0  # every record answered, none written
-    marker = "fault: records write paused"
-    deadline = time.monotonic() + 20
-    while marker not in gw.log_tail(400) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert marker in gw.log_tail(400), gw.log_tail()
-    member = Consumer({"bootstrap.servers": gw.bootstrap, "group.id": group})
-    producer.send_offsets_to_transaction(
-        [TopicPartition(source, 0, 7)], member.consumer_group_metadata(), 10
-    )
-    member.close()
-    outcome: list[object] = []
-    committer = threading.Thread(
-        target=lambda: outcome.append(_commit(producer)), name="commit", daemon=True
-    )
-    committer.start()  # its EndTxn waits behind the stopped writer, or is not sent yet
+    txn = open_transaction(gw)  # every record answered, none written
+    topic_a, topic_b, source, group = txn.topic_a, txn.topic_b, txn.source, txn.group
+    wait_for_log(gw, "fault: records write paused")
+    # Its EndTxn waits behind the stopped writer, or is not sent yet.
+    committer, outcome = commit_aside(txn.producer)
     gw.kill9()
     gw.extra_env = {}
     gw.start()
@@ -191,11 +201,7 @@ def test_kill9_after_records_were_answered_before_their_write(fault_gateway, fau
         assert committed_offset(gw.bootstrap, group, source) == -1001
         if restart == 0:
             gw.crash_restart()
-    fresh = Producer({"bootstrap.servers": gw.bootstrap, "transactional.id": f"tx-{suffix}"})
-    fresh.init_transactions(10)
-    fresh.begin_transaction()
-    fresh.produce(topic_a, b"after")
-    fresh.commit_transaction(10)
+    commit_one(gw.bootstrap, txn.suffix, topic_a, b"after")
     assert read_all(gw.bootstrap, topic_a, "read_committed") == [(0, b"after")]
     committer.join(25)
     assert outcome != ["committed"], outcome
