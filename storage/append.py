@@ -198,11 +198,11 @@ class RowAppender:
         batch.after.append(lambda: self._on_visible(st, end))
 
     def stored(self, st: TopicState, wp: int) -> list[int]:
-        """[rows, last write_ts, last pseq] of a write pointer's PayloadTable rows."""
+        """[messages, last write_ts, last pseq, rows] of a write pointer's PayloadTable rows."""
         stored = st.stored.get(wp)
         if stored is None:
             if wp > st.known_wp:  # handed out since ``st`` was loaded: none not seen here
-                stored = st.stored[wp] = [0, 0, -1]
+                stored = st.stored[wp] = [0, 0, -1, 0]
             else:
                 stored = st.stored[wp] = list(self._tables.payloads.summary(st, wp))
         return stored

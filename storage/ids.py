@@ -153,8 +153,9 @@ class RollbackDetail:
 
 @dataclass(frozen=True, slots=True)
 class StoredRange:
-    """The PayloadTable rows one store() wrote for a write pointer: keys (write time,
-    sequence) from start to end inclusive, ``count`` rows. Rows of one write pointer are
+    """The PayloadTable messages one store() wrote for a write pointer: ids (write time,
+    sequence) from start to end inclusive, ``count`` messages (in one row or more: a
+    packed row's messages take consecutive sequences). Rows of one write pointer are
     written in key order, so the range holds that call's rows and no other's."""
 
     write_pointer: int

@@ -119,6 +119,12 @@ F_SEALED = 32
 # source's offsets, and the source's gaps: compaction, transaction markers, aborted
 # records). Every reader passes over it; a row of only the o column.
 F_GAP = 64
+# A PayloadTable row holding several messages (``count`` of them, one store call's): the
+# payload column packs them (PACKED below). The row's key has the first message's pseq and
+# message i takes pseq + i, so message ids are what one row per message would give them,
+# at one row write (value-log entry, LevelDB put) per stored batch instead of per message.
+# F_PAYLOAD is set too, so a backend with columns keeps the packed bytes in ``p``.
+F_PACKED = 128
 
 ROW_HEAD = struct.Struct(">BQI")
 MAX_ROW_COUNT = 0xFFFFFFFF  # the most offsets one row spans (its count column)
@@ -158,6 +164,83 @@ def encode_row(
             flags |= F_PAYLOAD
             parts.append(payload)
     return ROW_HEAD.pack(flags, base_offset, count) + b"".join(parts)
+
+
+# Per message of a packed row: meta length, payload length, ttl (-1: none / null), then
+# meta and payload.
+PACKED = struct.Struct(">iiq")
+_PACKED_SIZE = PACKED.size
+# The most messages one packed row holds: their pseqs must fit in one write time.
+MAX_PACKED_COUNT = MAX_SEQ + 1
+# A packed row is cut at about this many bytes: HBase refuses cells above 10 MiB by
+# default (hbase.client.keyvalue.maxsize), and a reader slices the row it reads.
+MAX_PACKED_BYTES = 1 << 20
+
+Packable = tuple[bytes | None, bytes | None, int | None]  # payload, meta, ttl (an Entry)
+
+
+def pack_messages(items: list[Packable]) -> list[tuple[int, bytes]]:
+    """``items`` as PayloadTable row values, in order: -> (messages in the row, value).
+    One message is a plain row (as every row was before packed rows existed); more are
+    packed, cut where a row would pass MAX_PACKED_BYTES or MAX_PACKED_COUNT."""
+    if len(items) == 1:
+        payload, meta, ttl = items[0]
+        return [(1, encode_row(0, 0, payload, None, meta, ttl))]
+    out: list[tuple[int, bytes]] = []
+    parts: list[bytes] = []
+    add, pack = parts.extend, PACKED.pack
+    size = n = 0
+    for payload, meta, ttl in items:
+        if n and (size >= MAX_PACKED_BYTES or n == MAX_PACKED_COUNT):
+            out.append(_packed_row(n, parts))
+            parts, size, n = [], 0, 0
+            add = parts.extend
+        m = -1 if meta is None else len(meta)
+        p = -1 if payload is None else len(payload)
+        add((pack(m, p, -1 if ttl is None else ttl), meta or b"", payload or b""))
+        size += _PACKED_SIZE + m + p
+        n += 1
+    out.append(_packed_row(n, parts))
+    return out
+
+
+def _packed_row(n: int, parts: list[bytes]) -> tuple[int, bytes]:
+    if n == 1:  # a lone message after a cut: a plain row
+        m, p, ttl = PACKED.unpack_from(parts[0])
+        return 1, encode_row(
+            0,
+            0,
+            parts[2] if p >= 0 else None,
+            None,
+            parts[1] if m >= 0 else None,
+            None if ttl < 0 else ttl,
+        )
+    return n, ROW_HEAD.pack(F_PACKED | F_PAYLOAD, 0, n) + b"".join(parts)
+
+
+def unpack_messages(value: bytes) -> list[tuple[bytes | None, bytes | None, int | None]]:
+    """The (payload, meta, ttl) of each message of a PayloadTable row, plain or packed."""
+    flags, _, count = ROW_HEAD.unpack_from(value)
+    if not flags & F_PACKED:
+        _, _, _, _, ttl, meta, payload = decode_row(value)
+        return [(payload, meta, ttl)]
+    out = []
+    pos, unpack = _HEAD_SIZE, PACKED.unpack_from
+    for _ in range(count):
+        m, p, ttl = unpack(value, pos)
+        pos += _PACKED_SIZE
+        meta = value[pos : pos + m] if m >= 0 else None
+        pos += max(m, 0)
+        payload = value[pos : pos + p] if p >= 0 else None
+        pos += max(p, 0)
+        out.append((payload, meta, None if ttl < 0 else ttl))
+    return out
+
+
+def messages_in_row(value: bytes) -> int:
+    """How many messages a PayloadTable row holds (1 unless packed)."""
+    flags, _, count = ROW_HEAD.unpack_from(value)
+    return count if flags & F_PACKED else 1
 
 
 def encode_gap(base_offset: int, count: int) -> bytes:

@@ -321,8 +321,19 @@ def _payload_messages(
     prefix = st.payload_prefix + keys.U64.pack(abs(wp))
     plen = len(prefix)
     offset = base
+    pack = keys.PAYLOAD_ROW.pack
     for key, value in backend.scan(prefix, keys.prefix_end(prefix)):
-        _, _, _, _, ttl, meta, payload = keys.decode_row(value)
-        expired = ttl is not None and publish_ts + ttl < now_ms
-        yield (row_suffix + key[plen:], payload, offset, publish_ts, shown_wp, meta), expired
-        offset += 1
+        if not value[0] & keys.F_PACKED:
+            _, _, _, _, ttl, meta, payload = keys.decode_row(value)
+            expired = ttl is not None and publish_ts + ttl < now_ms
+            yield (row_suffix + key[plen:], payload, offset, publish_ts, shown_wp, meta), expired
+            offset += 1
+            continue
+        # A packed row: message i has the pseq after message i-1's (keys.F_PACKED).
+        ts, pseq = keys.PAYLOAD_ROW.unpack_from(key, plen)
+        for payload, meta, ttl in keys.unpack_messages(value):
+            expired = ttl is not None and publish_ts + ttl < now_ms
+            mid = row_suffix + pack(ts, pseq)
+            yield (mid, payload, offset, publish_ts, shown_wp, meta), expired
+            offset += 1
+            pseq += 1

@@ -584,7 +584,7 @@ class Store:
 
     def discard_payloads_async(self, topic: TopicId, tx: Transaction | int) -> Future[int]:
         """Delete an aborted (invalid) transaction's PayloadTable rows on ``topic``, which no
-        reference will ever make visible (an aborted Kafka transaction's records); -> rows
+        reference will ever make visible (an aborted Kafka transaction's records); -> messages
         deleted (0 if a reference exists). TransactionNotInProgress unless the transaction
         is invalid. Without it they would stay until the topic's TTL (or for ever)."""
         wp = _write_pointer(tx)
@@ -597,17 +597,14 @@ class Store:
                 raise TransactionNotInProgress(wp, self.transactions.state(wp))
             if self._rows.is_referenced(st, wp):
                 return 0
-            found = self.tables.payloads.row_keys(st, wp)
-            known = st.stored.get(wp)
-            if known is not None:
-                # As many as were stored: the scan stops at the last one instead of
-                # seeking past it (which skips every delete behind: slow after a large
-                # delete, until LevelDB compacts).
-                found = itertools.islice(found, known[0])
-            doomed = [(key, None) for key in found]
-            batch.mutations.extend(doomed)
+            # As many rows as were stored: the scan stops at the last one instead of
+            # seeking past it (which skips every delete behind: slow after a large
+            # delete, until LevelDB compacts).
+            messages, _, _, rows = self._rows.stored(st, wp)
+            found = itertools.islice(self.tables.payloads.row_keys(st, wp), rows)
+            batch.mutations.extend((key, None) for key in found)
             st.stored.pop(wp, None)
-            return len(doomed)
+            return messages
 
         self._check_open()
         return self._writer.submit(op)
@@ -627,7 +624,7 @@ class Store:
         if wp is None:
             raise InvalidTransaction("store() needs a transaction")
         self._refuse_if_full()
-        entries = list(items)
+        entries = [(e, None, None) if type(e) is bytes else e for e in items]
         txm = self.transactions
 
         def op(batch: Batch) -> StoredRange:
@@ -639,33 +636,33 @@ class Store:
                 raise TransactionNotInProgress(wp, txm.state(wp))
             self._rows.check_unreferenced(st, wp)
             stored = self._rows.stored(st, wp)
-            count, ts, seq = stored
+            count, ts, seq, rows = stored
+            if not entries:
+                return StoredRange(wp, 0, 0, 0, 0, 0)  # nothing stored
             now = self._clock()
             if now > ts:  # per write pointer, write times never go back: keys stay unique
                 ts, seq = now, -1
             prefix = st.payload_prefix + _U64.pack(wp)
             first: tuple[int, int] | None = None
-            for item in entries:
-                seq += 1
-                if seq > keys.MAX_SEQ:
-                    ts, seq = ts + 1, 0
+            key = b""
+            for n, value in keys.pack_messages(entries):
+                # A row's messages take pseqs seq+1 .. seq+n, all of one write time.
+                if seq + n > keys.MAX_SEQ:
+                    ts, seq = ts + 1, -1
+                key = prefix + keys.PAYLOAD_ROW.pack(ts, seq + 1)
                 if first is None:
-                    first = (ts, seq)
-                if type(item) is bytes:
-                    value = keys.encode_row(0, 0, item)
-                else:
-                    payload, meta, ttl = item
-                    value = keys.encode_row(0, 0, payload, None, meta, ttl)
-                batch.mutations.append((prefix + keys.PAYLOAD_ROW.pack(ts, seq), value))
-            if first is None:
-                return StoredRange(wp, 0, 0, 0, 0, 0)  # nothing stored
+                    first = (ts, seq + 1)
+                batch.mutations.append((key, value))
+                seq += n
+                rows += 1
+            assert first is not None
             batch.appended(
                 st.intent_key,
                 prefix + keys.PAYLOAD_ROW.pack(*first),
-                prefix + keys.PAYLOAD_ROW.pack(ts, seq),
-                len(entries),
+                key,
+                rows - stored[3],
             )
-            stored[:] = [count + len(entries), ts, seq]
+            stored[:] = [count + len(entries), ts, seq, rows]
             return StoredRange(wp, first[0], first[1], ts, seq, len(entries))
 
         fut = self._writer.submit(op)
@@ -707,25 +704,27 @@ class Store:
         def op(batch: Batch) -> int:
             st = self._leading(topic)
             payloads = self.tables.payloads
-            doomed: list[bytes] = []
+            doomed: list[tuple[bytes, int]] = []
             low = b""
             for start, end in ranges:  # the rows between the kept ranges
-                doomed += payloads.keys_between(st, wp, low, start)
+                doomed += payloads.rows_between(st, wp, low, start)
                 low = end + b"\x00"
-            doomed += payloads.keys_between(st, wp, low, None)
+            doomed += payloads.rows_between(st, wp, low, None)
             # Gone before the reference lands (``first``): it counts the rows it finds.
-            batch.first.extend((key, None) for key in doomed)
+            batch.first.extend((key, None) for key, _ in doomed)
             if self._rows.is_referenced(st, wp):
                 return 0
             if not txm.is_in_progress(wp):
                 raise TransactionNotInProgress(wp, txm.state(wp))
             stored = self._rows.stored(st, wp)  # counted before this batch's deletes
-            if stored[0] - len(doomed) != kept_rows:
+            kept = stored[0] - sum(n for _, n in doomed)
+            if kept != kept_rows:
                 raise InvalidTransaction(
-                    f"the kept ranges name {kept_rows} rows; {stored[0] - len(doomed)} "
+                    f"the kept ranges name {kept_rows} messages; {kept} "
                     f"are stored in them for write pointer {wp} on {topic}"
                 )
             stored[0] = kept_rows
+            stored[3] -= len(doomed)
             if kept_rows == 0:
                 st.stored.pop(wp, None)
                 return 0

@@ -11,7 +11,8 @@ phases (writer.py), so that a batch can span tables without multi-row atomicity.
   read in order; a row is one message, a batch of messages, or a reference to a
   transaction's payloads. A row's value carries its first offset and count (keys.py).
 - **PayloadTable** (``P | topic | generation | write_pointer | write_ts | pseq``):
-  messages stored under a transaction, published by one reference row at commit.
+  messages stored under a transaction, published by one reference row at commit; a
+  row holds one message or, packed, the several of one store call (keys.F_PACKED).
 - **MetadataTable**: topic records (``T``), janitor checkpoints (``C``), transaction
   state (``X``), small durable state (``S``: groups, producers, ACLs, ...), intents of
   writes in flight (``I``), leases (``L``), and two kinds of per-topic markers: a
@@ -73,23 +74,29 @@ class PayloadTable:
         prefix = self.prefix(st, wp)
         return self._backend.scan_keys(prefix, keys.prefix_end(prefix))
 
-    def keys_between(
+    def rows_between(
         self, st: TopicState, wp: int, start: bytes, stop: bytes | None
-    ) -> list[bytes]:
-        """Row keys of ``wp`` from the suffix ``start`` up to (not including) ``stop``
-        (None: to the end)."""
+    ) -> list[tuple[bytes, int]]:
+        """(row key, messages in it) of ``wp``'s rows from the suffix ``start`` up to (not
+        including) ``stop`` (None: to the end)."""
         prefix = self.prefix(st, wp)
         end = keys.prefix_end(prefix) if stop is None else prefix + stop
-        return list(self._backend.scan_keys(prefix + start, end))
+        return [(k, keys.messages_in_row(v)) for k, v in self._backend.scan(prefix + start, end)]
 
-    def summary(self, st: TopicState, wp: int) -> tuple[int, int, int]:
-        """(rows, last write_ts, last pseq) of ``wp``'s payload rows; (0, 0, -1) for none."""
-        skip = len(self.prefix(st, wp))
-        count, last = 0, (0, -1)
-        for key in self.row_keys(st, wp):
-            count += 1
-            last = keys.PAYLOAD_ROW.unpack_from(key, skip)
-        return count, *last
+    def summary(self, st: TopicState, wp: int) -> tuple[int, int, int, int]:
+        """(messages, last write_ts, last pseq, rows) of ``wp``'s payload rows; (0, 0, -1, 0)
+        for none. A packed row's messages take the pseqs after its key's."""
+        prefix = self.prefix(st, wp)
+        skip = len(prefix)
+        messages = rows = 0
+        last = (0, -1)
+        for key, value in self._backend.scan(prefix, keys.prefix_end(prefix)):
+            n = keys.messages_in_row(value)
+            messages += n
+            rows += 1
+            ts, pseq = keys.PAYLOAD_ROW.unpack_from(key, skip)
+            last = (ts, pseq + n - 1)
+        return messages, *last, rows
 
 
 class MetadataTable:

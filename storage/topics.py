@@ -87,7 +87,8 @@ class TopicState:
     visible_offset: int = 0  # readers': advanced once the rows are on disk
     last_ts: int = 0
     last_seq: int = -1
-    # wp -> [PayloadTable rows, last write_ts, last pseq]: loaded from disk on first use
+    # wp -> [messages in PayloadTable rows, last write_ts, last pseq, rows]: loaded from
+    # disk on first use
     stored: dict[int, list[int]] = field(default_factory=dict)
     # TransactionManager.issued_high when this state was loaded: a later write pointer's
     # PayloadTable rows were all written through this state, so ``stored`` knows them

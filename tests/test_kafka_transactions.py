@@ -273,15 +273,18 @@ def test_two_topics_commit_together(client: RawClient) -> None:
 
 # --- EndTxn ------------------------------------------------------------------------------------
 def payload_rows(gw: GatewayThread, topic: str) -> int:
-    """The topic's PayloadTable rows, read from the store's backend (the records of Kafka
-    transactions before their commit, and after it as the referenced data)."""
+    """The messages in the topic's PayloadTable rows, read from the store's backend (the
+    records of Kafka transactions before their commit, and after it as the referenced
+    data); a produced batch is one packed row."""
     from tmsgate.storage import TopicId, keys
 
     store = gw.services.store
     store.flush()  # a transactional Produce is answered before its records' write lands
     md = store.get_topic(TopicId("default", topic))
     prefix = keys.data_prefix(keys.PAYLOAD, md.topic, md.generation)
-    return sum(1 for _ in store._backend.scan(prefix, keys.prefix_end(prefix)))
+    return sum(
+        keys.messages_in_row(v) for _, v in store._backend.scan(prefix, keys.prefix_end(prefix))
+    )
 
 
 def test_abort_leaves_nothing_and_takes_no_offsets(gw: GatewayThread, client: RawClient) -> None:

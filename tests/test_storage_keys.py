@@ -242,3 +242,38 @@ def test_valid_ttl_is_normalised(ttl: str, normal: str) -> None:
         "ttl": normal,
         "retention.ms": "x",
     }
+
+
+# --- packed PayloadTable rows ------------------------------------------------------------------
+PACKABLE = st.tuples(OPT_BYTES, OPT_BYTES, st.one_of(st.none(), st.integers(0, 2**62)))
+
+
+@given(st.lists(PACKABLE, min_size=1, max_size=40))
+def test_packed_rows_round_trip_every_message(items: list) -> None:
+    rows = keys.pack_messages(items)
+    assert len(rows) == 1  # far below the byte and count limits: one row per store
+    n, value = rows[0]
+    assert n == len(items) == keys.messages_in_row(value)
+    assert keys.unpack_messages(value) == items
+    # A backend with columns keeps the packed messages in the payload column.
+    assert keys.row_from_columns(keys.row_columns(value)) == value
+    assert bool(value[0] & keys.F_PACKED) == (len(items) > 1)
+
+
+def test_a_lone_message_is_a_plain_row() -> None:
+    ((n, value),) = keys.pack_messages([(b"p", b"m", 5)])
+    assert n == 1 and value == keys.encode_row(0, 0, b"p", None, b"m", 5)
+    assert keys.unpack_messages(value) == [(b"p", b"m", 5)]
+
+
+def test_packed_rows_are_cut_by_bytes_and_by_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keys, "MAX_PACKED_BYTES", 100)
+    items = [(bytes(40), None, None)] * 7  # 56 bytes each with the per-message head
+    rows = keys.pack_messages(items)
+    # A row is closed once it holds MAX_PACKED_BYTES or more: 2 + 2 + 2 + a lone one.
+    assert [n for n, _ in rows] == [2, 2, 2, 1]
+    assert not rows[-1][1][0] & keys.F_PACKED
+    assert [m for _, v in rows for m in keys.unpack_messages(v)] == items
+    monkeypatch.setattr(keys, "MAX_PACKED_BYTES", 1 << 20)
+    monkeypatch.setattr(keys, "MAX_PACKED_COUNT", 3)
+    assert [n for n, _ in keys.pack_messages([(b"x", b"", None)] * 8)] == [3, 3, 2]

@@ -185,8 +185,12 @@ class CrashingStoreModel(StoreModel):
         self.txs[wp].publishes.append((r.rollback, rows))
 
     def stored_rows(self, wp: int) -> int:
+        """The messages of ``wp`` in the PayloadTable (a row holds one, or several packed)."""
         prefix = keys.data_prefix(keys.PAYLOAD, self.topic, 1) + keys.U64.pack(wp)
-        return sum(1 for _ in self.store._backend.scan(prefix, keys.prefix_end(prefix)))
+        return sum(
+            keys.messages_in_row(v)
+            for _, v in self.store._backend.scan(prefix, keys.prefix_end(prefix))
+        )
 
     @precondition(lambda self: self.txs)
     @rule(data=st.data(), spec=ITEMS)

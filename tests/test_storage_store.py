@@ -33,6 +33,7 @@ def store_url(any_engine_url: str) -> str:
     """Every test here runs on LevelDB and on memory:// (atomic per row only)."""
     return any_engine_url
 
+
 LONG = 3600.0  # a transaction timeout no test reaches by accident
 
 
@@ -539,6 +540,72 @@ def test_store_then_publish_reference(store: Store, topic: TopicId, clock) -> No
 
     with pytest.raises(InvalidTransaction):
         store.publish(topic, [], tx=tx)  # committed: no longer in progress
+
+
+def stored_row_counts(store: Store, topic: TopicId) -> list[int]:
+    """Messages per PayloadTable row of the topic, in key order (white-box)."""
+    md = store.get_topic(topic)
+    prefix = keys.data_prefix(keys.PAYLOAD, md.topic, md.generation)
+    return [
+        keys.messages_in_row(v) for _, v in store._backend.scan(prefix, keys.prefix_end(prefix))
+    ]
+
+
+def test_a_store_is_packed_into_few_rows_with_an_id_per_message(
+    store: Store, topic: TopicId, clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store() writes its messages as one packed row (cut by size), and every message
+    keeps the id one row per message would give it: pseqs run on across rows and roll
+    over to the next write time where a row would pass the last pseq."""
+    monkeypatch.setattr(keys, "MAX_PACKED_BYTES", 64)
+    tm = store.transactions
+    tx = tm.start(timeout_s=LONG)
+    t0 = clock.now
+    first = store.store(
+        topic, [Entry(f"a{i}".encode(), meta=b"h", ttl_ms=None) for i in range(5)], tx
+    )
+    assert (first.count, first.start_seq, first.end_seq) == (5, 0, 4)
+    # Near the end of the pseq space: a store whose row would pass it starts the next ms.
+    monkeypatch.setattr(keys, "MAX_PACKED_BYTES", 1 << 20)
+    filler = store.store(topic, [b"f"] * (keys.MAX_SEQ - 6), tx)  # pseqs 5 .. 65529
+    assert (filler.end_ts, filler.end_seq) == (t0, keys.MAX_SEQ - 2)
+    late = store.store(topic, [b"x", Entry(None), b"z"], tx)  # 3 would pass 65535: next ms
+    assert (late.start_ts, late.start_seq, late.end_ts, late.end_seq) == (t0 + 1, 0, t0 + 1, 2)
+    assert stored_row_counts(store, topic) == [4, 1, keys.MAX_SEQ - 6, 3]  # 19 B each
+    r = store.publish(topic, [], tx=tx)
+    tm.commit(tx)
+    msgs = store.read(topic, offset=0, max_messages=100_000).messages
+    assert r.count == len(msgs) == 5 + keys.MAX_SEQ - 6 + 3
+    assert [m.payload for m in msgs[:5]] == [b"a0", b"a1", b"a2", b"a3", b"a4"]
+    assert {m.meta for m in msgs[:5]} == {b"h"}
+    assert [m.payload for m in msgs[-3:]] == [b"x", None, b"z"]
+    assert [m.id.parts[2:] for m in msgs[:5]] == [(t0, i) for i in range(5)]
+    assert [m.id.parts[2:] for m in msgs[-4:]] == [(t0, keys.MAX_SEQ - 2)] + [
+        (t0 + 1, i) for i in range(3)
+    ]
+    ids = [m.id for m in msgs]
+    assert all(a < b for a, b in itertools.pairwise(ids))
+    # Addressing inside a packed row, by offset and by id.
+    assert payloads(store.poll(topic, offset=3, limit=2)) == [b"a3", b"a4"]
+    assert payloads(store.poll(topic, start=msgs[-2].id, limit=5)) == [None, b"z"]
+
+
+def test_publish_kept_drops_whole_packed_stores(store: Store, topic: TopicId) -> None:
+    """A commit that keeps some stores (a retried Spark task's) deletes the others' rows,
+    counting their messages, not their rows; a miscounted keep is refused."""
+    tm = store.transactions
+    tx = tm.start(timeout_s=LONG)
+    a = store.store(topic, [b"a0", b"a1", b"a2"], tx)
+    b = store.store(topic, [b"b0", b"b1"], tx)  # a task's attempt that was thrown away
+    c = store.store(topic, [b"c0"], tx)
+    bad = type(a)(a.write_pointer, a.start_ts, a.start_seq, a.end_ts, a.end_seq, 2)
+    with pytest.raises(InvalidTransaction, match="name 3 messages; 4 are stored"):
+        store.publish_kept_async(topic, tx.write_pointer, [bad, c]).result(10)
+    assert store.publish_kept_async(topic, tx.write_pointer, [a, c]).result(10) == 4
+    tm.commit(tx)
+    assert payloads(store.poll(topic)) == [b"a0", b"a1", b"a2", b"c0"]
+    assert stored_row_counts(store, topic) == [3, 1]
+    assert b.count == 2
 
 
 def test_reference_rows_interleave_and_cross_the_offset_index(store: Store, topic: TopicId) -> None:
