@@ -994,8 +994,16 @@ class Store:
         write, on the writer thread, and may block it (kill -9 there)."""
         self._writer.before_write = hook
 
-    def writer_stats(self) -> dict[str, int]:
-        return {"batches": self._writer.batches, "operations": self._writer.operations}
+    def writer_stats(self) -> dict[str, float]:
+        """The writer's counts since start: durable batches written, operations in them,
+        seconds spent writing them (fsync included), batches that failed."""
+        w = self._writer
+        return {
+            "batches": w.batches,
+            "operations": w.operations,
+            "write_seconds": w.write_seconds,
+            "failed_batches": w.failed_batches,
+        }
 
     def close(self) -> None:
         if self._closed:

@@ -121,6 +121,7 @@ class Writer:
         self._thread.start()
         self.batches = 0
         self.operations = 0
+        self.write_seconds = 0.0  # of successful batches: the backend's write, fsync included
         # Fault tests only (gateway/faults.py): called with each batch's mutations just
         # before they are written, on this thread; it may block (kill -9 there).
         self.before_write: Callable[[list[Mutation]], None] | None = None
@@ -190,6 +191,7 @@ class Writer:
                 fut.set_exception(exc)
                 continue
             done.append((fut, result))
+        started = time.perf_counter()
         try:
             if not batch.empty:
                 phases = batch.phases()
@@ -214,6 +216,7 @@ class Writer:
             return
         self.batches += 1
         self.operations += len(done)
+        self.write_seconds += time.perf_counter() - started
         if self._unlogged_failures:
             self._log_failure(0, None)
         for action in batch.after:

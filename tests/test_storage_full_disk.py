@@ -655,6 +655,11 @@ def test_the_gateway_answers_kafka_storage_error_deletes_topics_and_logs_once(
             assert metrics.registry.get_sample_value("tmsgate_store_writes_refused") == 1
             assert metrics.registry.get_sample_value("tmsgate_store_disk_free_bytes") == 0
             assert metrics.registry.get_sample_value("tmsgate_store_disk_reserve_bytes") == 0
+            # The writer's counters: writes before the disk filled, and the one that failed
+            # (the rest were refused before writing).
+            assert metrics.registry.get_sample_value("tmsgate_store_writes_total") > 0
+            assert metrics.registry.get_sample_value("tmsgate_store_write_seconds_total") > 0
+            assert metrics.registry.get_sample_value("tmsgate_store_write_failures_total") >= 1
             assert await delete_topic(broker, "u") == ErrorCode.NONE
             assert await broker.topics.get("u") is None
             # A delete that shared its write with the one that found the disk full is
