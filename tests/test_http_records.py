@@ -234,7 +234,7 @@ def test_manifest_and_store_refusals(http: httpx.Client, topic: str) -> None:
                     {"topic": topic, "stored": [good | {"endTimestamp": good["endTimestamp"] + 1}]}
                 ]
             },
-            "rows",
+            "messages; 1 are stored",
         ),
         ({"everything": True}, "unknown field"),
     ):

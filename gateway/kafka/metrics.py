@@ -71,7 +71,7 @@ class Metrics:
         self.connections = Gauge("tmsgate_kafka_connections", "Open client connections", registry=r)
         self.transactions_ended = Counter(
             "tmsgate_kafka_transactions",
-            "Kafka transactions ended, by outcome (committed, aborted, timed_out, recovered)",
+            "Kafka transactions ended: committed, aborted, timed_out, failed, recovered",
             ["outcome"],
             registry=r,
         )
