@@ -189,7 +189,7 @@ class ReadResult:
     Message objects on first use. Building a MessageId and a Message per row was about a
     quarter of the CPU of a read from the store (1 KiB messages, 1,000 per read)."""
 
-    __slots__ = ("_messages", "held", "next_offset", "rows", "settled")
+    __slots__ = ("_messages", "held", "next_offset", "rows", "settled", "split")
 
     def __init__(
         self,
@@ -197,6 +197,7 @@ class ReadResult:
         next_offset: int,
         held: bool = False,
         settled: bool = False,
+        split: bytes | None = None,
     ) -> None:
         self.rows = rows
         self.next_offset = next_offset
@@ -205,6 +206,8 @@ class ReadResult:
         # gap): reading these offsets again gives the same rows until the topic's TTL
         # removes them, so the Kafka listener may keep their encoding (fetch read-ahead).
         self.settled = settled
+        # The key of the packed row the read stopped inside (the next offset's row), or None.
+        self.split = split
         self._messages: list[Message] | None = None
 
     @property

@@ -119,11 +119,13 @@ F_SEALED = 32
 # source's offsets, and the source's gaps: compaction, transaction markers, aborted
 # records). Every reader passes over it; a row of only the o column.
 F_GAP = 64
-# A PayloadTable row holding several messages (``count`` of them, one store call's): the
-# payload column packs them (PACKED below). The row's key has the first message's pseq and
-# message i takes pseq + i, so message ids are what one row per message would give them,
-# at one row write (value-log entry, LevelDB put) per stored batch instead of per message.
-# F_PAYLOAD is set too, so a backend with columns keeps the packed bytes in ``p``.
+# A row holding several messages (``count`` of them) packed in its payload column
+# (PACKED below): in the PayloadTable, one store call's; in the MessageTable, one plain
+# publish's (no transaction), cut at MESSAGE_ROW_BYTES. The row's key has the first
+# message's sequence (pseq, or seq) and message i takes sequence + i, so message ids are
+# what one row per message would give them, at one row write (value-log entry, LevelDB
+# put) and one row read per run of messages instead of per message. F_PAYLOAD is set
+# too, so a backend with columns keeps the packed bytes in ``p``.
 F_PACKED = 128
 
 ROW_HEAD = struct.Struct(">BQI")
@@ -175,24 +177,37 @@ MAX_PACKED_COUNT = MAX_SEQ + 1
 # A packed row is cut at about this many bytes: HBase refuses cells above 10 MiB by
 # default (hbase.client.keyvalue.maxsize), and a reader slices the row it reads.
 MAX_PACKED_BYTES = 1 << 20
+# A MessageTable row is cut smaller: a consumer reading from an offset inside a row reads
+# the whole row (Kafka returns whole batches too), so a row stays around a fetch's size.
+MESSAGE_ROW_BYTES = 64 << 10
 
 Packable = tuple[bytes | None, bytes | None, int | None]  # payload, meta, ttl (an Entry)
 
 
-def pack_messages(items: list[Packable]) -> list[tuple[int, bytes]]:
-    """``items`` as PayloadTable row values, in order: -> (messages in the row, value).
-    One message is a plain row (as every row was before packed rows existed); more are
-    packed, cut where a row would pass MAX_PACKED_BYTES or MAX_PACKED_COUNT."""
+def pack_messages(
+    items: list[Packable], base: int | None = None, max_bytes: int | None = None
+) -> list[tuple[int, bytes]]:
+    """``items`` as row values, in order: -> (messages in the row, value). Several
+    messages are packed, cut where a row would pass ``max_bytes`` (MAX_PACKED_BYTES) or
+    MAX_PACKED_COUNT; a lone message is a plain row, as every row was before packed rows.
+
+    ``base`` None: PayloadTable rows (offset and count 0: a reference row numbers them).
+    ``base`` an offset: MessageTable rows, each head carrying its first offset."""
+    limit = MAX_PACKED_BYTES if max_bytes is None else max_bytes
     if len(items) == 1:
         payload, meta, ttl = items[0]
-        return [(1, encode_row(0, 0, payload, None, meta, ttl))]
+        if base is None:
+            return [(1, encode_row(0, 0, payload, None, meta, ttl))]
+        return [(1, encode_row(base, 1, payload, None, meta, ttl))]
     out: list[tuple[int, bytes]] = []
     parts: list[bytes] = []
     add, pack = parts.extend, PACKED.pack
     size = n = 0
+    off = 0 if base is None else base
     for payload, meta, ttl in items:
-        if n and (size >= MAX_PACKED_BYTES or n == MAX_PACKED_COUNT):
-            out.append(_packed_row(n, parts))
+        if n and (size >= limit or n == MAX_PACKED_COUNT):
+            out.append(_packed_row(n, parts, off, base is not None))
+            off += n if base is not None else 0
             parts, size, n = [], 0, 0
             add = parts.extend
         m = -1 if meta is None else len(meta)
@@ -200,26 +215,26 @@ def pack_messages(items: list[Packable]) -> list[tuple[int, bytes]]:
         add((pack(m, p, -1 if ttl is None else ttl), meta or b"", payload or b""))
         size += _PACKED_SIZE + m + p
         n += 1
-    out.append(_packed_row(n, parts))
+    out.append(_packed_row(n, parts, off, base is not None))
     return out
 
 
-def _packed_row(n: int, parts: list[bytes]) -> tuple[int, bytes]:
+def _packed_row(n: int, parts: list[bytes], base: int, numbered: bool) -> tuple[int, bytes]:
     if n == 1:  # a lone message after a cut: a plain row
         m, p, ttl = PACKED.unpack_from(parts[0])
         return 1, encode_row(
-            0,
-            0,
+            base,
+            1 if numbered else 0,
             parts[2] if p >= 0 else None,
             None,
             parts[1] if m >= 0 else None,
             None if ttl < 0 else ttl,
         )
-    return n, ROW_HEAD.pack(F_PACKED | F_PAYLOAD, 0, n) + b"".join(parts)
+    return n, ROW_HEAD.pack(F_PACKED | F_PAYLOAD, base, n) + b"".join(parts)
 
 
 def unpack_messages(value: bytes) -> list[tuple[bytes | None, bytes | None, int | None]]:
-    """The (payload, meta, ttl) of each message of a PayloadTable row, plain or packed."""
+    """The (payload, meta, ttl) of each message of a row, plain or packed."""
     flags, _, count = ROW_HEAD.unpack_from(value)
     if not flags & F_PACKED:
         _, _, _, _, ttl, meta, payload = decode_row(value)
@@ -238,7 +253,8 @@ def unpack_messages(value: bytes) -> list[tuple[bytes | None, bytes | None, int 
 
 
 def messages_in_row(value: bytes) -> int:
-    """How many messages a PayloadTable row holds (1 unless packed)."""
+    """How many messages a PayloadTable row holds (1 unless packed; a MessageTable row's
+    count column says it for every row)."""
     flags, _, count = ROW_HEAD.unpack_from(value)
     return count if flags & F_PACKED else 1
 

@@ -37,11 +37,13 @@ log = logging.getLogger(__name__)
 # Values at least this long go to the value log; shorter ones stay inline in LevelDB,
 # where a second file write and fsync would cost more than compaction saves.
 VALUE_LOG_MIN_BYTES = 256
-# A write of at most this many mutations (one message at a time, at low rates) keeps its
-# values inline unless they are huge: the value log's extra write and fsync would add
-# ~0.5 ms to every acknowledgement, while the compaction it saves grows with bytes
-# written, which a trickle hardly has.
+# A small write (at most this many mutations and bytes: one message at a time, at low
+# rates) keeps its values inline unless they are huge: the value log's extra write and
+# fsync would add ~0.5 ms to every acknowledgement, while the compaction it saves grows
+# with bytes written, which a trickle hardly has. Bytes count too: one packed row holds
+# a whole produced batch (keys.F_PACKED), and inline, 100 KB a write filled LevelDB.
 SMALL_WRITE_MUTATIONS = 16
+SMALL_WRITE_BYTES = 64 << 10
 SMALL_WRITE_VALUE_LOG_MIN_BYTES = 64 << 10
 VLOG_DIR = "vlog"
 WRITE_BUFFER_BYTES = 64 << 20
@@ -126,11 +128,10 @@ class LevelDBBackend:
         )
 
     def write(self, mutations: Sequence[Mutation], sync: bool = True) -> None:
-        min_bytes = (
-            VALUE_LOG_MIN_BYTES
-            if len(mutations) > SMALL_WRITE_MUTATIONS
-            else SMALL_WRITE_VALUE_LOG_MIN_BYTES
+        small = len(mutations) <= SMALL_WRITE_MUTATIONS and (
+            sum(len(v) for _, v in mutations if v is not None) < SMALL_WRITE_BYTES
         )
+        min_bytes = SMALL_WRITE_VALUE_LOG_MIN_BYTES if small else VALUE_LOG_MIN_BYTES
         with self._write_lock:
             self.space.before_write()
             if self._wedged is not None:

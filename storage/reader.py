@@ -145,12 +145,22 @@ def _int_key(value: int) -> bytes:
     return _MESSAGE_ID.pack(value >> 16, value & 0xFFFF)
 
 
-def start_for_id(st: TopicState, message_id: MessageId, inclusive: bool) -> ScanStart:
-    return ScanStart(
-        st.msg_prefix + bytes(message_id[:10]),
-        skip_until_id=bytes(message_id),
-        skip_equal=not inclusive,
-    )
+def start_for_id(
+    backend: Backend, st: TopicState, message_id: MessageId, inclusive: bool
+) -> ScanStart:
+    """Where a read from ``message_id`` begins: its row's key, or the key of the packed
+    row before it that holds it (its message i has the row's seq + i)."""
+    key = st.msg_prefix + bytes(message_id[:10])
+    for row_key, value in backend.scan(st.msg_prefix, key + b"\x00", reverse=True):
+        flags, _, count = keys.ROW_HEAD.unpack_from(value)
+        if row_key < key and flags & keys.F_PACKED:
+            plen = len(st.msg_prefix)
+            ts, seq = _MESSAGE_ID.unpack_from(row_key, plen)
+            want_ts, want_seq = _MESSAGE_ID.unpack_from(key, plen)
+            if ts == want_ts and want_seq < seq + count:
+                key = row_key
+        break
+    return ScanStart(key, skip_until_id=bytes(message_id), skip_equal=not inclusive)
 
 
 def start_for_time(st: TopicState, ts_ms: int, inclusive: bool) -> ScanStart:
@@ -182,6 +192,7 @@ def read(
     size = 0
     resume = None  # the offset to continue from
     held = False
+    split = None  # the key of the packed row the read stopped inside (ReadResult.split)
     skip_off, skip_id, skip_eq = start.skip_below_offset, start.skip_until_id, start.skip_equal
     decode = keys.decode_row
     head = keys.ROW_HEAD.unpack_from
@@ -221,6 +232,38 @@ def read(
         flags, base, count, wp, msg_ttl, meta, payload = decode(value)
         end = base + count
         if end <= skip_off:
+            continue
+        if flags & keys.F_PACKED:
+            # A packed run of plain messages: message i has offset base + i and the id
+            # of the row's seq + i (keys.F_PACKED).
+            ts, seq = _MESSAGE_ID.unpack_from(key, plen)
+            full = True
+            for i, (p, m, msg_ttl) in enumerate(keys.unpack_messages(value)):
+                offset = base + i
+                mid = _MESSAGE_ID.pack(ts, seq + i) + zeros
+                if offset < skip_off or (
+                    skip_id is not None and (mid < skip_id or (skip_eq and mid == skip_id))
+                ):
+                    resume = offset + 1
+                    continue
+                if msg_ttl is not None:
+                    settled = False
+                    if ts + msg_ttl < now_ms:
+                        resume = offset + 1
+                        continue
+                if out and (
+                    len(out) >= max_messages or (max_bytes is not None and size >= max_bytes)
+                ):
+                    full, split = False, key
+                    break
+                out.append((mid, p, offset, ts, None, m))
+                size += len(p or b"") + len(m or b"")
+                resume = offset + 1
+            if full:
+                resume = end
+            skip_off, skip_id = -1, None
+            if len(out) >= max_messages or (max_bytes is not None and size >= max_bytes):
+                break
             continue
         settled = False
         if flags & keys.F_GAP:  # offsets without messages: pass over them
@@ -292,7 +335,7 @@ def read(
                 resume = max(resume, after)
         else:
             resume = first_offset_at(backend, st, begin, next_offset)
-    return ReadResult(out, resume, held, settled and not held)
+    return ReadResult(out, resume, held, settled and not held, split)
 
 
 def first_row_at(backend: Backend, st: TopicState, key: bytes) -> tuple[bytes, int] | None:

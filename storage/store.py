@@ -808,7 +808,7 @@ class Store:
             else:
                 scan = reader.start_for_offset(self._backend, st, offset)
         elif isinstance(start, bytes):
-            scan = reader.start_for_id(st, MessageId(start), inclusive)
+            scan = reader.start_for_id(self._backend, st, MessageId(start), inclusive)
         elif isinstance(start, int):
             scan = reader.start_for_time(st, start, inclusive)
         else:
@@ -825,14 +825,20 @@ class Store:
             sealed=self.transactions.visibility_now,
         )
         last = res.rows[-1] if res.rows else None  # (id, payload, offset, ts, wp, meta)
-        if last is not None and last[4] is None and last[0].endswith(_NO_PAYLOAD_ID):
-            # The last message's row (one message, no transaction) was read whole, so the
-            # rows for every later offset have greater keys: the next read by offset can
-            # start right after it instead of searching.
+        hint = None
+        if res.split is not None:
+            # The read stopped inside a packed row: the next read by offset starts there.
+            hint = res.split
+        elif last is not None and last[4] is None and last[0].endswith(_NO_PAYLOAD_ID):
+            # The last message's row (plain, no transaction) was read whole, so the rows
+            # for every later offset have greater keys: the next read by offset can start
+            # right after it instead of searching.
+            hint = st.msg_prefix + last[0][:10] + b"\x00"
+        if hint is not None:
             hints = st.resume_keys
             if len(hints) >= _RESUME_KEYS:
                 hints.clear()  # atomic, unlike evicting one while other readers do too
-            hints[res.next_offset] = st.msg_prefix + last[0][:10] + b"\x00"
+            hints[res.next_offset] = hint
         return res
 
     def poll(

@@ -133,7 +133,9 @@ def load_state(tables: Tables, md: TopicMetadata, in_progress: Callable[[int], b
     if last is not None:
         key, value = last
         ts, seq = keys.MESSAGE_SUFFIX.unpack_from(key, len(st.msg_prefix))
-        _, base, count, *_ = keys.decode_row(value)
+        flags, base, count, *_ = keys.decode_row(value)
+        if flags & keys.F_PACKED:  # its messages took seq .. seq + count - 1
+            seq += count - 1
         if (ts, seq) > (st.last_ts, st.last_seq):
             st.last_ts, st.last_seq = ts, seq
         st.next_offset = max(st.next_offset, base + count)

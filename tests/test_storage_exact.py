@@ -126,12 +126,12 @@ def test_messages_keep_their_offsets_and_gaps_are_passed_over(
 
 
 def test_every_gap_is_one_row(store: Store, topic: TopicId, gappy: list[Message]) -> None:
+    # Each run of consecutive offsets is one packed row (keys.F_PACKED), each gap one row.
+    packed = keys.F_PACKED | keys.F_PAYLOAD
     assert raw_rows(store, topic) == [
-        (keys.F_PAYLOAD, 0, 1),
-        (keys.F_PAYLOAD | keys.F_META, 1, 1),
+        (packed, 0, 2),
         (keys.F_GAP, 2, 3),
-        (keys.F_NULL | keys.F_META, 5, 1),
-        (keys.F_PAYLOAD, 6, 1),
+        (packed, 5, 2),
         (keys.F_GAP, 7, 3),
     ]
 
@@ -177,7 +177,7 @@ def test_a_copy_starts_where_the_source_log_starts(store: Store, topic: TopicId)
     span may start there, and the topic's offsets start there too (no leading gap)."""
     assert exact(store, topic, 100, [(100, b"a"), (101, b"b"), (102, b"c")], 103) == 103
     assert store.offsets(topic) == (100, 103)
-    assert [flags for flags, _, _ in raw_rows(store, topic)] == [keys.F_PAYLOAD] * 3
+    assert [flags for flags, _, _ in raw_rows(store, topic)] == [keys.F_PACKED | keys.F_PAYLOAD]
     for below in (0, 50, 99):
         with pytest.raises(OffsetOutOfRange) as err:
             store.read(topic, offset=below)
@@ -478,7 +478,7 @@ def test_ttl_expires_gaps_as_rows(store: Store, open_test_store, clock) -> None:
         assert offsets_of(store.read(t, offset=start).messages) == [8, 9], start
 
     stats = store.cleanup()
-    assert stats["rows_deleted"] == 3  # messages 3-5
+    assert stats["rows_deleted"] == 1  # messages 3-5, one packed row
     assert store.offsets(t) == (6, 12)
     assert offsets_of(read_all(store, t)) == [8, 9]
     res = store.read(t, offset=10)

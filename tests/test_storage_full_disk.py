@@ -234,7 +234,7 @@ def test_a_full_disk_refuses_publishes_at_once_and_serves_reads_deletes_and_meta
         # The janitor removes the deleted rows; space comes back; writes resume.
         monkeypatch.undo()
         stats = store.cleanup()
-        assert stats["rows_deleted"] >= 100
+        assert stats["rows_deleted"] >= 2  # 100 messages of 1000 B: packed rows of 64 KiB
         assert store.writes_refused  # the disk still says 0 free
         disk.free = 100 * MiB
         clock.now += space.REFUSED_LOOK_S
@@ -609,7 +609,8 @@ def test_failures_are_logged_once_with_their_cause_then_counted(
 
 
 async def produce(broker: Broker, topic: str, records: int, cid: int) -> int:
-    raw = kr.batch([(None, value(i), []) for i in range(records)])  # values for the log
+    # 2 KB values: a batch's packed rows are large enough for the value log.
+    raw = kr.batch([(None, value(i, 2000), []) for i in range(records)])
     req = Request(0, 9, cid, "c", kr.produce(topic, raw), 0)
     ctx = RequestContext(broker, req, "peer")
     part = (await produce_handler.handle(ctx, req.body)).topics[0].partitions[0]
