@@ -8,8 +8,9 @@ through these classes: the store's writer gathers every write into a batch writt
 phases (writer.py), so that a batch can span tables without multi-row atomicity.
 
 - **MessageTable** (``M | topic | generation | publish_ts | seq``): the rows consumers
-  read in order; a row is one message, a batch of messages, or a reference to a
-  transaction's payloads. A row's value carries its first offset and count (keys.py).
+  read in order; a row is one message, a packed run of one publish's messages
+  (keys.F_PACKED), a gap, or a reference to a transaction's payloads. A row's value
+  carries its first offset and count (keys.py).
 - **PayloadTable** (``P | topic | generation | write_pointer | write_ts | pseq``):
   messages stored under a transaction, published by one reference row at commit; a
   row holds one message or, packed, the several of one store call (keys.F_PACKED).

@@ -158,10 +158,13 @@ def test_a_write_left_in_part_is_settled_by_the_next_leader(table: str) -> None:
     a.tick()  # a alone: it leads t
     assert a.store.leads(t)
     a.store.publish(t, [b"kept-0", b"kept-1"])
-    # a crashes in the middle of a write of 20 rows: some land, the rest never will.
-    a.backend.faults = Faults(shuffle=True, crash_after_rows=7)
+    # a crashes in the middle of a write of several rows: some land, the rest never will.
+    # 20 messages of 10 KB are three packed rows (storage/keys.py), after the intent row.
+    a.backend.faults = Faults(shuffle=True, crash_after_rows=2)
     with pytest.raises(BackendCrashed):
-        a.store.publish(t, [f"lost-{i}".encode() for i in range(20)])
+        a.store.publish(t, [f"lost-{i}".encode() * 1000 for i in range(20)])
+    prefix = keys.data_prefix(keys.MESSAGE, t, 1)
+    assert len(list(b.backend.scan(prefix, keys.prefix_end(prefix)))) == 2  # kept + 1 lost
     clock.advance(LEASE_MS + 1)
     b.tick()
     b.tick()
