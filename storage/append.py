@@ -109,8 +109,7 @@ class RowAppender:
         the writer thread, which every publish waits for, and a row read each."""
         n, base = len(entries), st.next_offset
         prefix, pack = st.msg_prefix, _SUFFIX.pack
-        items = [(e, None, None) if type(e) is bytes else e for e in entries]
-        rows = keys.pack_messages(items, base, keys.MESSAGE_ROW_BYTES)  # type: ignore[arg-type]
+        rows = keys.pack_messages(entries, base, keys.MESSAGE_ROW_BYTES)
         first_key = prefix + pack(ts, seq + 1)
         if len(rows) == 1:
             batch.mutations.append((first_key, rows[0][1]))

@@ -15,6 +15,7 @@ All integers are big-endian so byte order is numeric order.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 from .ids import TopicId
 
@@ -181,11 +182,12 @@ MAX_PACKED_BYTES = 1 << 20
 # the whole row (Kafka returns whole batches too), so a row stays around a fetch's size.
 MESSAGE_ROW_BYTES = 64 << 10
 
-Packable = tuple[bytes | None, bytes | None, int | None]  # payload, meta, ttl (an Entry)
+# A payload alone, or (payload, meta, ttl): the store's Item (bytes or an Entry).
+Packable = bytes | tuple[bytes | None, bytes | None, int | None]
 
 
 def pack_messages(
-    items: list[Packable], base: int | None = None, max_bytes: int | None = None
+    items: Sequence[Packable], base: int | None = None, max_bytes: int | None = None
 ) -> list[tuple[int, bytes]]:
     """``items`` as row values, in order: -> (messages in the row, value). Several
     messages are packed, cut where a row would pass ``max_bytes`` (MAX_PACKED_BYTES) or
@@ -195,7 +197,8 @@ def pack_messages(
     ``base`` an offset: MessageTable rows, each head carrying its first offset."""
     limit = MAX_PACKED_BYTES if max_bytes is None else max_bytes
     if len(items) == 1:
-        payload, meta, ttl = items[0]
+        item = items[0]
+        payload, meta, ttl = (item, None, None) if type(item) is bytes else item
         if base is None:
             return [(1, encode_row(0, 0, payload, None, meta, ttl))]
         return [(1, encode_row(base, 1, payload, None, meta, ttl))]
@@ -204,7 +207,8 @@ def pack_messages(
     add, pack = parts.extend, PACKED.pack
     size = n = 0
     off = 0 if base is None else base
-    for payload, meta, ttl in items:
+    for item in items:
+        payload, meta, ttl = (item, None, None) if type(item) is bytes else item
         if n and (size >= limit or n == MAX_PACKED_COUNT):
             out.append(_packed_row(n, parts, off, base is not None))
             off += n if base is not None else 0

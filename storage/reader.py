@@ -229,7 +229,6 @@ def read(
             if len(out) >= max_messages or (max_bytes is not None and size >= max_bytes):
                 break
             continue
-        flags, base, count, wp, msg_ttl, meta, payload = decode(value)
         end = base + count
         if end <= skip_off:
             continue
@@ -265,6 +264,7 @@ def read(
             if len(out) >= max_messages or (max_bytes is not None and size >= max_bytes):
                 break
             continue
+        flags, base, count, wp, msg_ttl, meta, payload = decode(value)
         settled = False
         if flags & keys.F_GAP:  # offsets without messages: pass over them
             resume = end
@@ -366,13 +366,7 @@ def _payload_messages(
     offset = base
     pack = keys.PAYLOAD_ROW.pack
     for key, value in backend.scan(prefix, keys.prefix_end(prefix)):
-        if not value[0] & keys.F_PACKED:
-            _, _, _, _, ttl, meta, payload = keys.decode_row(value)
-            expired = ttl is not None and publish_ts + ttl < now_ms
-            yield (row_suffix + key[plen:], payload, offset, publish_ts, shown_wp, meta), expired
-            offset += 1
-            continue
-        # A packed row: message i has the pseq after message i-1's (keys.F_PACKED).
+        # A row holds one message, or packed, several: message i has the key's pseq + i.
         ts, pseq = keys.PAYLOAD_ROW.unpack_from(key, plen)
         for payload, meta, ttl in keys.unpack_messages(value):
             expired = ttl is not None and publish_ts + ttl < now_ms

@@ -624,7 +624,7 @@ class Store:
         if wp is None:
             raise InvalidTransaction("store() needs a transaction")
         self._refuse_if_full()
-        entries = [(e, None, None) if type(e) is bytes else e for e in items]
+        entries = list(items)
         txm = self.transactions
 
         def op(batch: Batch) -> StoredRange:
