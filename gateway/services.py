@@ -15,6 +15,7 @@ the group coordinator writes its queued state, then the executor and the store c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import signal
@@ -146,6 +147,10 @@ class Services:
         if self.http_server is not None:
             await self.http_server.stop()
         await self.kafka_server.stop(grace_s)
+        written = self.broker.txns.flush_complete()  # else replayed, harmlessly, at the start
+        if written is not None:
+            with contextlib.suppress(Exception):  # logged; the replay at the start covers it
+                await asyncio.wrap_future(written)
         await self.broker.groups.close()  # flush queued group state before the store closes
         if self.cluster is not None:
             # After the last write: the others take over at once, not after the lease.

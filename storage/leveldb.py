@@ -42,7 +42,7 @@ VALUE_LOG_MIN_BYTES = 256
 # fsync would add ~0.5 ms to every acknowledgement, while the compaction it saves grows
 # with bytes written, which a trickle hardly has. Bytes count too: one packed row holds
 # a whole produced batch (keys.F_PACKED), and inline, 100 KB a write filled LevelDB.
-SMALL_WRITE_MUTATIONS = 16
+SMALL_WRITE_MUTATIONS = 256
 SMALL_WRITE_BYTES = 64 << 10
 SMALL_WRITE_VALUE_LOG_MIN_BYTES = 64 << 10
 VLOG_DIR = "vlog"

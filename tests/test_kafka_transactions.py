@@ -21,6 +21,7 @@ from kafka.protocol.admin.transactions import (
 )
 from kafka.protocol.consumer import JoinGroupRequest, OffsetFetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest
+from tmsgate.gateway.kafka.txn.model import TXN_AREA, TxnState, decode_record
 from tmsgate.protocol import TX_HEADER, ApiKey, ErrorCode
 
 E = ErrorCode
@@ -507,6 +508,64 @@ def test_past_the_bound_a_transactional_produce_waits_for_its_write(
         assert describe(client, p.tid)[0].producer_epoch == p.epoch  # not fenced
         assert values(client, topic) == []
         assert failing.broker.producers.unwritten_txn_bytes == 0
+
+
+def test_a_transaction_is_durable_before_add_partitions_is_answered(tmp_path: Any) -> None:
+    """AddPartitionsToTxn that begins a transaction is answered once the transaction and
+    its record (Ongoing) are on disk, as Kafka writes its log first: answered before, a
+    restart could lose both, and the producer's EndTxn would then read as a retry of its
+    previous commit (answered as committed, its records gone). A failed write is
+    COORDINATOR_NOT_AVAILABLE, which clients retry."""
+    with gateway_thread(tmp_path) as gw:
+        client = RawClient(gw.address)
+        topic = unique("durable-begin")
+        create(client, topic)
+        p = Producer(client, unique("durable-begin-id"))
+        disk = FailingWrite.install(gw.services.store, b"S")  # the next write of a state row
+        disk.armed = True
+        assert p.add(topic) == {f"{topic}/0": E.COORDINATOR_NOT_AVAILABLE}
+        assert describe(client, p.tid)[0].transaction_state == "CompleteAbort"
+        assert p.add(topic) == {f"{topic}/0": E.NONE}  # the retry begins it
+        rows = dict(gw.services.store.scan_state(TXN_AREA))  # no flush: on disk already
+        assert decode_record(p.tid, rows[p.tid]).state is TxnState.ONGOING
+        assert p.send(topic, 2).error_code == E.NONE
+        assert p.end(True) == E.NONE
+        assert [o for o, _ in values(client, topic)] == [0, 1]
+        client.close()
+
+
+def test_the_complete_row_is_written_late(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a commit, the record's CompleteCommit row is written a little later
+    (COMPLETE_WRITE_DELAY_S), or not at all if the producer's next transaction replaces
+    it first: one write fewer per transaction. Until then the row says PrepareCommit,
+    whose replay at a restart changes nothing (test_kafka_txn_kill9 stops there). A
+    graceful stop writes it."""
+    from tmsgate.gateway.kafka.txn import coordinator
+
+    monkeypatch.setattr(coordinator, "COMPLETE_WRITE_DELAY_S", 3600.0)
+    topic, tid = unique("late-complete"), unique("late-complete-id")
+
+    def state(gw: GatewayThread) -> TxnState:
+        gw.services.store.flush()
+        return decode_record(tid, dict(gw.services.store.scan_state(TXN_AREA))[tid]).state
+
+    with gateway_thread(tmp_path) as gw:
+        client = RawClient(gw.address)
+        create(client, topic)
+        p = Producer(client, tid)
+        for _ in range(2):
+            assert p.add(topic) == {f"{topic}/0": E.NONE}
+            assert state(gw) is TxnState.ONGOING  # replaced the row of the one before
+            assert p.send(topic, 1).error_code == E.NONE
+            assert p.end(True) == E.NONE
+            assert describe(client, tid)[0].transaction_state == "CompleteCommit"
+            assert state(gw) is TxnState.PREPARE_COMMIT  # not written yet
+        client.close()
+    with gateway_thread(tmp_path) as gw:
+        assert state(gw) is TxnState.COMPLETE_COMMIT  # written by the graceful stop
+        client = RawClient(gw.address)
+        assert [o for o, _ in values(client, topic)] == [0, 1]
+        client.close()
 
 
 def test_an_idle_transactional_id_is_forgotten(tmp_path: Any) -> None:

@@ -63,6 +63,9 @@ MAX_EPOCH = 32766  # Kafka: at Short.MAX_VALUE - 1 the producer gets a new id
 DEFAULT_MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
 DEFAULT_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms
 IDLE_CHECK_INTERVAL_MS = 60_000  # how often expire() looks for idle transactional ids
+# How long a committed transaction's CompleteCommit row may wait to be written: the next
+# transaction of the same id usually replaces it first (one write per transaction fewer).
+COMPLETE_WRITE_DELAY_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,9 @@ class TxnCoordinator:
         self._by_wp: dict[int, TxnRecord] = {}  # open transactions by write pointer
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: asyncio.Task[None] | None = None
+        # Committed transactions whose CompleteCommit row is not yet queued (_complete).
+        self._unwritten: dict[str, TxnRecord] = {}
+        self._flush_handle: asyncio.TimerHandle | None = None
         self._next_idle_check = 0  # store time (ms) of the next look for idle ids
         self._ended = broker.metrics.transactions_ended
         broker.metrics.transactions_open.set_function(self.open_count)
@@ -222,7 +228,34 @@ class TxnCoordinator:
     def _queue_persist(self, rec: TxnRecord) -> Future[object]:
         """Queue the record's durable write now (from the event loop, so the writes of one
         transactional id reach the disk in the order they were queued)."""
+        self._unwritten.pop(rec.transactional_id, None)  # this write replaces that one
         return self.store.put_states_async(self._record_row(rec))
+
+    def _complete(self, rec: TxnRecord) -> None:
+        """Write a committed transaction's CompleteCommit row soon, not now: the commit is
+        whole without it (a restart that still finds PrepareCommit replays the steps,
+        which change nothing now, and a replay never moves a group offset back), and the
+        producer's next transaction replaces the row anyway, usually well within
+        COMPLETE_WRITE_DELAY_S. Saves one write per transaction of a busy producer."""
+        self._unwritten[rec.transactional_id] = rec
+        if self._flush_handle is None:
+            loop = asyncio.get_running_loop()
+            self._flush_handle = loop.call_later(COMPLETE_WRITE_DELAY_S, self.flush_complete)
+
+    def flush_complete(self) -> Future[object] | None:
+        """Queue the CompleteCommit rows not yet written (also at shutdown) -> the write."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        if not self._unwritten:
+            return None
+        rows: dict[tuple[str, str], bytes | None] = {}
+        for rec in self._unwritten.values():
+            rows.update(self._record_row(rec))
+        self._unwritten.clear()
+        written = self.store.put_states_async(rows)
+        written.add_done_callback(self._log_failed_write)
+        return written
 
     @staticmethod
     def _record_row(rec: TxnRecord) -> dict[tuple[str, str], bytes | None]:
@@ -313,14 +346,15 @@ class TxnCoordinator:
             )
         return rec
 
-    def _begin(self, rec: TxnRecord) -> None:
-        """Start the TMS transaction and queue its record (Ongoing, with the write pointer),
-        without waiting for the fsync: every later durable step of this transaction (its
-        records' store, the commit decision) is queued after them, and the writer is first
-        in, first out, so nothing is acknowledged before both are on disk, while the
-        producer's AddPartitionsToTxn does not wait a round of its own. Either order of
-        the two is safe: a transaction without its record times out; a record without
-        its transaction is aborted at the restart as a no-op."""
+    async def _begin(self, rec: TxnRecord) -> None:
+        """Start the TMS transaction and record it (Ongoing, with the write pointer), both
+        durable before the request that began it is answered, as Kafka writes its
+        transaction log first: a restart then knows the transaction, aborts it and fences
+        the producer. Were the answer to go first, a restart could lose both, and the
+        producer's EndTxn would read as a retry of its previous commit (answered as
+        committed, its records lost), or its next AddPartitionsToTxn would start afresh
+        without what it had already produced. The two share one fsync (queued together);
+        the Produce requests and commit that follow queue behind them."""
         if rec.state is TxnState.ONGOING:
             return
         manager = self.store.transactions
@@ -332,24 +366,19 @@ class TxnCoordinator:
         rec.started_ms = rec.updated_ms
         self._by_wp[wp] = rec
         written = self._queue_persist(rec)
-        loop = asyncio.get_running_loop()
-
-        def failed(fut: Future[object]) -> None:
-            if fut.exception() is not None:
-                loop.call_soon_threadsafe(self._begin_failed, rec, wp, fut.exception())
-
-        started.add_done_callback(failed)
-        written.add_done_callback(failed)
-
-    def _begin_failed(self, rec: TxnRecord, wp: int, exc: BaseException | None) -> None:
-        # Not started after all (the store could not write it): its records were refused
-        # with it; the next AddPartitionsToTxn starts afresh.
-        if rec.write_pointer == wp and rec.state is TxnState.ONGOING:
+        try:
+            await asyncio.wrap_future(started)
+            await asyncio.wrap_future(written)
+        except Exception as exc:
+            # Not started after all: the next AddPartitionsToTxn starts afresh (a record
+            # that landed without its transaction is aborted at the restart as a no-op).
             log.warning(
                 "transactional id %r: starting a transaction failed: %s", rec.transactional_id, exc
             )
-            self._by_wp.pop(wp, None)
-            rec.clear_transaction(TxnState.COMPLETE_ABORT, self.store.now_ms())
+            if rec.write_pointer == wp and rec.state is TxnState.ONGOING:
+                self._by_wp.pop(wp, None)
+                rec.clear_transaction(TxnState.COMPLETE_ABORT, self.store.now_ms())
+            raise
 
     async def add_partitions(
         self,
@@ -378,7 +407,7 @@ class TxnCoordinator:
                     codes[(name, p)] = code
             if any(codes.values()):
                 return {tp: c or E.OPERATION_NOT_ATTEMPTED for tp, c in codes.items()}
-            self._begin(rec)
+            await self._begin(rec)
             rec.topics.update(stored)
             return codes
 
@@ -389,7 +418,7 @@ class TxnCoordinator:
         await self.ready()
         async with self._turn(transactional_id):
             rec = self._current(transactional_id, producer_id, epoch)
-            self._begin(rec)
+            await self._begin(rec)
             rec.groups.add(group_id)
 
     def pending_offsets(
@@ -542,10 +571,7 @@ class TxnCoordinator:
             await self._step("complete")
             records = sum(referenced)
             rec.clear_transaction(TxnState.COMPLETE_COMMIT, self.store.now_ms())
-            # Not awaited: the commit is whole without it (a restart that still finds
-            # PrepareCommit replays the steps above, which change nothing now), and the
-            # record's next write is queued after it.
-            self._queue_persist(rec).add_done_callback(self._log_failed_write)
+            self._complete(rec)
             self._by_wp.pop(wp, None)
         except (StorageError, OSError, GroupError) as exc:
             log.error(
@@ -640,6 +666,7 @@ class TxnCoordinator:
                     continue  # used again meanwhile
                 if now - rec.updated_ms <= limit:
                     continue
+                self._unwritten.pop(tid, None)
                 await asyncio.wrap_future(
                     self.store.put_states_async({(TXN_AREA, quote(tid, safe="")): None})
                 )
