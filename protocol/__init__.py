@@ -58,6 +58,13 @@ from ._records import (
     skip_batch,
     split_batches,
 )
+from ._txn_responses import (
+    AddPartitionsResult,
+    AddPartitionsTopicResult,
+    EndTxnResult,
+    encode_add_partitions_response,
+    encode_end_txn_response,
+)
 
 TX_HEADER = "tms.tx.write_pointer"
 """Record header carrying an in-progress TMS transaction's write pointer (8 bytes, BE)."""
@@ -65,10 +72,13 @@ TX_HEADER = "tms.tx.write_pointer"
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "TX_HEADER",
+    "AddPartitionsResult",
+    "AddPartitionsTopicResult",
     "ApiKey",
     "BadFrame",
     "ConnectionClosed",
     "CorruptRecords",
+    "EndTxnResult",
     "ErrorCode",
     "Event",
     "FetchPartition",
@@ -102,6 +112,8 @@ __all__ = [
     "decode_records",
     "decode_request",
     "empty_batch",
+    "encode_add_partitions_response",
+    "encode_end_txn_response",
     "encode_fetch_response",
     "encode_meta",
     "encode_metadata_response",

@@ -88,6 +88,7 @@ def request_class(api_key: int) -> type[ApiMessage] | None:
     return request_classes().get(api_key)
 
 
+@cache  # per request: the classes are fixed once loaded
 def decodable_versions(api_key: int) -> tuple[int, int] | None:
     """The version range kafka-python can decode for this API, or None if unknown."""
     cls = request_class(api_key)
@@ -97,6 +98,7 @@ def decodable_versions(api_key: int) -> tuple[int, int] | None:
     return int(low), int(high)
 
 
+@cache  # per request
 def api_name(api_key: int) -> str:
     cls = request_class(api_key)
     if cls is None:

@@ -20,6 +20,11 @@ from ._fetch_response import FetchResult
 from ._metadata_response import MetadataResult
 from ._nulls import check_nulls
 from ._produce_response import ProduceResult
+from ._txn_responses import AddPartitionsResult, EndTxnResult
+
+# Answers that encode themselves in one piece (frame(correlation_id) -> bytes).
+DirectAnswer = ProduceResult | MetadataResult | EndTxnResult | AddPartitionsResult
+_ONE_PIECE = frozenset({ProduceResult, MetadataResult, EndTxnResult, AddPartitionsResult})
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 _FIXED_HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id len
@@ -273,13 +278,14 @@ def response_class(api_key: int, api_version: int) -> type[ApiMessage]:
 
 
 def encode_response(
-    correlation_id: int, response: ApiMessage | ProduceResult | FetchResult | MetadataResult
+    correlation_id: int, response: ApiMessage | DirectAnswer | FetchResult
 ) -> list[bytes | bytearray | memoryview]:
     """Frame a response (header version picked by the library) -> chunks for writelines.
-    Produce and Fetch answers, one per message at low rates, and Metadata answers, which
-    name every topic, are encoded directly."""
-    if type(response) is ProduceResult or type(response) is MetadataResult:
-        return [response.frame(correlation_id)]
+    Produce and Fetch answers, one per message at low rates, Metadata answers, which
+    name every topic, and the answers every small transaction gets (AddPartitionsToTxn,
+    EndTxn) are encoded directly."""
+    if type(response) in _ONE_PIECE:
+        return [response.frame(correlation_id)]  # type: ignore[union-attr]
     if type(response) is FetchResult:
         return response.frame(correlation_id)
     response.with_header(correlation_id=correlation_id)

@@ -73,15 +73,36 @@ def _items(message: Any, enough: int) -> int:
     return count
 
 
+# Answers no longer than their request's list (or of a fixed size): a small request's
+# are not counted (walking one costs more than encoding it).
+_BOUNDED_ANSWERS = frozenset(
+    {
+        ApiKey.API_VERSIONS,
+        ApiKey.FIND_COORDINATOR,
+        12,  # Heartbeat
+        13,  # LeaveGroup
+        14,  # SyncGroup
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.INIT_PRODUCER_ID,
+        ApiKey.ADD_OFFSETS_TO_TXN,
+        ApiKey.TXN_OFFSET_COMMIT,
+        ApiKey.SASL_HANDSHAKE,
+        ApiKey.SASL_AUTHENTICATE,
+    }
+)
+
+
 def _long_answer(req: Request, response: Any) -> bool:
     """Encode it off the loop? Encoding costs by the entry (strings and record batches are
     copied whole). Produce and Fetch answers (named tuples, one per message at low rates)
-    grow only with what their request named, so a small request's are not counted.
-    Metadata answers (named tuples too) say what they hold: a small request asks for all
-    topics."""
+    grow only with what their request named, so a small request's are not counted, nor
+    are the other answers bounded by their request. Metadata answers (named tuples too)
+    say what they hold: a small request asks for all topics."""
     if type(response) is MetadataResult:
         return response.entries >= OFF_LOOP_ITEMS
-    if isinstance(response, tuple) and req.size < OFF_LOOP_BYTES:
+    if req.size < OFF_LOOP_BYTES and (
+        isinstance(response, tuple) or req.api_key in _BOUNDED_ANSWERS
+    ):
         return False
     return _items(response, OFF_LOOP_ITEMS) >= OFF_LOOP_ITEMS
 

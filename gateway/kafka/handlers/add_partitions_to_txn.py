@@ -6,16 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka.protocol.producer.transaction import AddPartitionsToTxnResponse
-from tmsgate.protocol import ApiKey, ErrorCode
+from tmsgate.protocol import AddPartitionsResult, AddPartitionsTopicResult, ApiKey, ErrorCode
 
 from ...acls import Operation, ResourceType
 from ..context import RequestContext
 from ..routes import Route
 from ..txn import TxnError, for_version
-
-_Topic = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
-_Partition = _Topic.AddPartitionsToTxnPartitionResult
 
 
 async def _denied(
@@ -27,9 +23,11 @@ async def _denied(
     if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         return {(t, p): code for t, ps in topics for p in ps}
-    refused = {t async for t, _ in ctx.broker.paced(topics) if not ctx.allowed(
-        Operation.WRITE, ResourceType.TOPIC, t
-    )}
+    refused = {
+        t
+        async for t, _ in ctx.broker.paced(topics)
+        if not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, t)
+    }
     if not refused:
         return None
     return {
@@ -46,28 +44,27 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     topics = [(t.name, list(t.partitions)) async for t in paced(req.v3_and_below_topics)]
     try:
         denied = await _denied(ctx, req.v3_and_below_transactional_id, topics)
-        codes = denied if denied is not None else await ctx.broker.txns.add_partitions(
-            req.v3_and_below_transactional_id,
-            req.v3_and_below_producer_id,
-            req.v3_and_below_producer_epoch,
-            topics,
+        codes = (
+            denied
+            if denied is not None
+            else await ctx.broker.txns.add_partitions(
+                req.v3_and_below_transactional_id,
+                req.v3_and_below_producer_id,
+                req.v3_and_below_producer_epoch,
+                topics,
+            )
         )
     except TxnError as exc:
         code = for_version(exc.code, ctx.version, 2)
         codes = {(t, p): code for t, ps in topics for p in ps}
     results = [
-        _Topic(
-            name=name,
-            results_by_partition=[
-                _Partition(partition_index=p, partition_error_code=codes.get((name, p), 0))
-                for p in partitions
-            ],
-        )
+        AddPartitionsTopicResult(name, [(p, codes.get((name, p), 0)) for p in partitions])
         async for name, partitions in paced(topics)
     ]
     for code in set(codes.values()) - {ErrorCode.NONE}:
         ctx.broker.metrics.partition_errors.labels("AddPartitionsToTxn", code.name).inc()
-    return ctx.response(throttle_time_ms=0, results_by_topic_v3_and_below=results)
+    # Encoded directly: one per transaction.
+    return AddPartitionsResult(ctx.version, results)
 
 
 ROUTE = Route(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, handle)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tmsgate.protocol import ApiKey, ErrorCode
+from tmsgate.protocol import ApiKey, EndTxnResult, ErrorCode
 
 from ...acls import Operation, ResourceType
 from ..context import RequestContext
@@ -19,14 +19,14 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     code = ErrorCode.NONE
     if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
         code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        return ctx.response(throttle_time_ms=0, error_code=code)
+        return EndTxnResult(ctx.version, code)
     try:
         await ctx.broker.txns.end(
             req.transactional_id, req.producer_id, req.producer_epoch, req.committed
         )
     except TxnError as exc:
         code = for_version(exc.code, ctx.version, 2)
-    return ctx.response(throttle_time_ms=0, error_code=code)
+    return EndTxnResult(ctx.version, code)  # encoded directly: one per transaction
 
 
 ROUTE = Route(ApiKey.END_TXN, 0, 4, handle)

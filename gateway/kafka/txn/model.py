@@ -11,16 +11,24 @@ whenever the state changes in a way a restart must know:
                                            commit; a restart finishes it (coordinator.py)
 
 One row is the whole decision, so recording it needs no multi-row atomicity.
+
+The row is written twice a transaction (Ongoing, PrepareCommit), so its codec is a
+packed struct rather than JSON (a fifth of the cost): a version byte, the fixed fields
+(_FIXED), then the topics, the groups and the pending offsets, each a count followed by
+its items; strings are a uint16 length (metadata: uint32) and UTF-8. Version-1 rows, JSON
+objects, are still read.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import struct
 from dataclasses import dataclass, field
 
 TXN_AREA = "kafka.txn"
-CODEC_VERSION = 1
+# 2: binary (below). 1: JSON, as written before; still read.
+CODEC_VERSION = 2
 TopicPartition = tuple[str, int]
 
 
@@ -80,32 +88,122 @@ class CorruptTxnRecord(ValueError):
     pass
 
 
+_STATES = list(TxnState)
+_STATE_INDEX = {state: n for n, state in enumerate(_STATES)}
+# version, producer id, epoch, timeout, state, write pointer, started, updated, decided,
+# previous producer id, previous epoch, topics, groups, groups with offsets
+_FIXED = struct.Struct(">BqhiBqqqqqhHHH")
+_OFFSET = struct.Struct(">iqi")  # partition, offset, leader epoch
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+
+
+def _text(value: str, wide: bool = False) -> bytes:
+    raw = value.encode()
+    return (_U32 if wide else _U16).pack(len(raw)) + raw
+
+
 def encode_record(rec: TxnRecord) -> bytes:
-    doc = {
-        "v": CODEC_VERSION,
-        "pid": rec.producer_id,
-        "epoch": rec.epoch,
-        "timeout_ms": rec.timeout_ms,
-        "state": rec.state.value,
-        "wp": rec.write_pointer,
-        "started_ms": rec.started_ms,
-        "updated_ms": rec.updated_ms,
-        "decided_ms": rec.decided_ms,
-        "topics": sorted(rec.topics),
-        "groups": sorted(rec.groups),
-        "previous": list(rec.previous),
-        "offsets": {
-            g: [[t, p, o.offset, o.leader_epoch, o.metadata] for (t, p), o in sorted(tps.items())]
-            for g, tps in sorted(rec.offsets.items())
-        },
-    }
-    return json.dumps(doc, separators=(",", ":")).encode()
+    parts = [
+        _FIXED.pack(
+            CODEC_VERSION,
+            rec.producer_id,
+            rec.epoch,
+            rec.timeout_ms,
+            _STATE_INDEX[rec.state],
+            rec.write_pointer,
+            rec.started_ms,
+            rec.updated_ms,
+            rec.decided_ms,
+            rec.previous[0],
+            rec.previous[1],
+            len(rec.topics),
+            len(rec.groups),
+            len(rec.offsets),
+        )
+    ]
+    parts += [_text(t) for t in sorted(rec.topics)]
+    parts += [_text(g) for g in sorted(rec.groups)]
+    for group, offsets in sorted(rec.offsets.items()):
+        parts += [_text(group), _U32.pack(len(offsets))]
+        for (topic, partition), o in sorted(offsets.items()):
+            parts += [
+                _text(topic),
+                _OFFSET.pack(partition, o.offset, o.leader_epoch),
+                _text(o.metadata, wide=True),
+            ]
+    return b"".join(parts)
+
+
+class _Reader:
+    __slots__ = ("pos", "raw")
+
+    def __init__(self, raw: bytes, pos: int) -> None:
+        self.raw, self.pos = raw, pos
+
+    def unpack(self, fmt: struct.Struct) -> tuple[int, ...]:
+        values = fmt.unpack_from(self.raw, self.pos)
+        self.pos += fmt.size
+        return values
+
+    def text(self, wide: bool = False) -> str:
+        (n,) = self.unpack(_U32 if wide else _U16)
+        end = self.pos + n
+        if end > len(self.raw):
+            raise ValueError("a string runs past the end of the record")
+        value = self.raw[self.pos : end].decode()
+        self.pos = end
+        return value
 
 
 def decode_record(transactional_id: str, raw: bytes) -> TxnRecord:
+    if raw[:1] == b"{":
+        return _decode_json(transactional_id, raw)
+    try:
+        r = _Reader(raw, 0)
+        (version, pid, epoch, timeout, state, wp, started, updated, decided, prev_pid,
+         prev_epoch, n_topics, n_groups, n_offsets) = r.unpack(_FIXED)  # fmt: skip
+        if version != CODEC_VERSION:
+            raise CorruptTxnRecord(f"unknown transaction record version {version}")
+        topics = {r.text() for _ in range(n_topics)}
+        groups = {r.text() for _ in range(n_groups)}
+        offsets: dict[str, dict[TopicPartition, PendingOffset]] = {}
+        for _ in range(n_offsets):
+            group = r.text()
+            (count,) = r.unpack(_U32)
+            pending = offsets[group] = {}
+            for _ in range(count):
+                topic = r.text()
+                partition, offset, leader_epoch = r.unpack(_OFFSET)
+                pending[(topic, partition)] = PendingOffset(offset, leader_epoch, r.text(True))
+        if r.pos != len(raw):
+            raise ValueError(f"{len(raw) - r.pos} bytes after the record")
+        return TxnRecord(
+            transactional_id,
+            pid,
+            epoch,
+            timeout,
+            _STATES[state],
+            wp,
+            started,
+            updated,
+            decided,
+            topics,
+            groups,
+            offsets,
+            (prev_pid, prev_epoch),
+        )
+    except CorruptTxnRecord:
+        raise
+    except (ValueError, IndexError, struct.error) as exc:  # UnicodeDecodeError is a ValueError
+        raise CorruptTxnRecord(f"transaction record of {transactional_id!r}: {exc}") from exc
+
+
+def _decode_json(transactional_id: str, raw: bytes) -> TxnRecord:
+    """A version-1 row (JSON), as written before version 2."""
     try:
         doc = json.loads(raw)
-        if doc.get("v") != CODEC_VERSION:
+        if doc.get("v") != 1:
             raise CorruptTxnRecord(f"unknown transaction record version {doc.get('v')!r}")
         return TxnRecord(
             transactional_id,
@@ -127,5 +225,5 @@ def decode_record(transactional_id: str, raw: bytes) -> TxnRecord:
         )
     except CorruptTxnRecord:
         raise
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptTxnRecord(f"transaction record of {transactional_id!r}: {exc}") from exc
