@@ -119,6 +119,14 @@ class GroupCoordinator:
         cluster = self.broker.cluster
         if cluster is not None and not cluster.is_controller:
             raise GroupError(E.NOT_COORDINATOR, "another gateway coordinates the groups")
+        loading = self._loading
+        if (
+            loading is not None
+            and loading.done()
+            and not loading.cancelled()
+            and loading.exception() is None
+        ):
+            return  # every request after the load: no shield to build
         if self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(self._load())
         try:
