@@ -11,7 +11,7 @@ import enum
 import importlib
 import pkgutil
 from collections.abc import Iterator
-from functools import cache
+from functools import cache, lru_cache
 
 import kafka.protocol
 from kafka.protocol.api_message import ApiMessage
@@ -88,7 +88,7 @@ def request_class(api_key: int) -> type[ApiMessage] | None:
     return request_classes().get(api_key)
 
 
-@cache  # per request: the classes are fixed once loaded
+@lru_cache(maxsize=512)  # per request; bounded: a client may send any api key
 def decodable_versions(api_key: int) -> tuple[int, int] | None:
     """The version range kafka-python can decode for this API, or None if unknown."""
     cls = request_class(api_key)
@@ -98,7 +98,7 @@ def decodable_versions(api_key: int) -> tuple[int, int] | None:
     return int(low), int(high)
 
 
-@cache  # per request
+@lru_cache(maxsize=512)  # per request; bounded: a client may send any api key
 def api_name(api_key: int) -> str:
     cls = request_class(api_key)
     if cls is None:

@@ -376,8 +376,8 @@ class TxnCoordinator:
         the producer. Were the answer to go first, a restart could lose both, and the
         producer's EndTxn would read as a retry of its previous commit (answered as
         committed, its records lost), or its next AddPartitionsToTxn would start afresh
-        without what it had already produced. The two share one fsync (queued together);
-        the Produce requests and commit that follow queue behind them."""
+        without what it had already produced. The two are queued together (one fsync,
+        usually); the Produce requests and commit that follow queue behind them."""
         if rec.state is TxnState.ONGOING:
             return
         manager = self.store.transactions
@@ -393,8 +393,11 @@ class TxnCoordinator:
             # The writer resolves its futures in the order they were queued: once the
             # record's write is done, so is the start's (one await, one loop wake-up).
             await asyncio.wrap_future(written)
-            if started.exception() is not None:
-                raise started.exception()  # type: ignore[misc]
+            if not started.done():  # not expected (see above); never block the loop on it
+                await asyncio.wrap_future(started)
+            failed = started.exception()
+            if failed is not None:
+                raise failed
         except Exception as exc:
             # Not started after all: the next AddPartitionsToTxn starts afresh (a record
             # that landed without its transaction is aborted at the restart as a no-op).
