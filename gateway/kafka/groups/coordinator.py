@@ -22,6 +22,7 @@ from urllib.parse import unquote
 
 from tmsgate.protocol import ErrorCode
 
+from ..loading import loaded
 from .codec import (
     GROUPS_AREA,
     OFFSETS_AREA,
@@ -119,13 +120,7 @@ class GroupCoordinator:
         cluster = self.broker.cluster
         if cluster is not None and not cluster.is_controller:
             raise GroupError(E.NOT_COORDINATOR, "another gateway coordinates the groups")
-        loading = self._loading
-        if (
-            loading is not None
-            and loading.done()
-            and not loading.cancelled()
-            and loading.exception() is None
-        ):
+        if loaded(self._loading):
             return  # every request after the load: no shield to build
         if self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(self._load())

@@ -42,6 +42,7 @@ from tmsgate.storage import StorageError, TopicId, TopicNotFound, TransactionNot
 from tmsgate.storage.transactions import COMMITTED, INCOMPLETE
 
 from ..groups import GroupError
+from ..loading import loaded
 from .model import (
     TXN_AREA,
     CorruptTxnRecord,
@@ -154,13 +155,7 @@ class TxnCoordinator:
     async def ready(self) -> None:
         """Load the records once, finishing decided commits and aborting open transactions
         (the gateway's start-up awaits this before it listens)."""
-        loading = self._loading
-        if (
-            loading is not None
-            and loading.done()
-            and not loading.cancelled()
-            and loading.exception() is None
-        ):
+        if loaded(self._loading):
             return  # every request after the start: no shield to build
         if self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(self._load())
