@@ -29,6 +29,7 @@ listening port), never by sleeping; nothing is timed.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import time
@@ -386,21 +387,29 @@ def test_sigkilled_copy_continues_where_the_target_ends(source, target, big_topi
 
     def interrupt(sig: int, extra: list[str], beyond: int) -> Run:
         """Run the command; once the target holds more than ``beyond`` records of the
-        topic (so the copy is under way), send it ``sig``."""
+        topic (so the copy is under way), send it ``sig``. The command is stopped
+        (SIGSTOP) while the target is looked at, and let go again if it is not that far:
+        polled while it ran, the whole copy (1-2 s) could land between two answers of a
+        target busy with it, and the kill came after the end."""
         m = Migration(tmp_path, args + extra)
         try:
             wait_until(lambda: topic in topics(t), 30, f"{topic} on the target", 0.05)
             watch = Offsets(t)
             try:
-
-                def copying() -> bool:
+                deadline = time.monotonic() + 60
+                while True:
                     assert m.running(), f"the copy ended before it was interrupted\n{m.result()}"
-                    return sum(watch.latest(topic, 2).values()) > beyond
-
-                wait_until(copying, 60, f"more than {beyond} records on the target", 0.02)
+                    m.signal(signal.SIGSTOP)
+                    with contextlib.suppress(Exception):  # e.g. no leader yet: look again
+                        if sum(watch.latest(topic, 2).values()) > beyond:
+                            break
+                    m.signal(signal.SIGCONT)
+                    assert time.monotonic() < deadline, f"no more than {beyond} records copied"
+                    time.sleep(0.01)
             finally:
                 watch.close()
-            m.signal(sig)
+            m.signal(sig)  # SIGKILL ends it stopped; SIGINT waits for the SIGCONT
+            m.signal(signal.SIGCONT)
             return m.wait()
         finally:
             m.kill()
