@@ -13,7 +13,7 @@ whenever the state changes in a way a restart must know:
 One row is the whole decision, so recording it needs no multi-row atomicity.
 
 The row is written twice a transaction (Ongoing, PrepareCommit), so its codec is a
-packed struct rather than JSON (a fifth of the cost): a version byte, the fixed fields
+packed struct rather than JSON (a third of the cost): a version byte, the fixed fields
 (_FIXED), then the topics, the groups and the pending offsets, each a count followed by
 its items; strings are a uint16 length (metadata: uint32) and UTF-8. Version-1 rows, JSON
 objects, are still read.
