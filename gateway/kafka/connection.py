@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from kafka.protocol.consumer import HeartbeatRequest, LeaveGroupRequest, SyncGroupRequest
 from tmsgate.protocol import (
     ApiKey,
     BadFrame,
@@ -79,9 +80,9 @@ _BOUNDED_ANSWERS = frozenset(
     {
         ApiKey.API_VERSIONS,
         ApiKey.FIND_COORDINATOR,
-        12,  # Heartbeat
-        13,  # LeaveGroup
-        14,  # SyncGroup
+        HeartbeatRequest.API_KEY,
+        LeaveGroupRequest.API_KEY,
+        SyncGroupRequest.API_KEY,
         ApiKey.OFFSET_COMMIT,
         ApiKey.INIT_PRODUCER_ID,
         ApiKey.ADD_OFFSETS_TO_TXN,
