@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -26,6 +26,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from crc32c import crc32c
 
 from ._errors import CorruptRecords, InvalidRecords, UnsupportedMessageFormat
+from ._meta import encode_meta, pack_timestamp_meta
 
 BATCH_OVERHEAD = 61
 LOG_OVERHEAD = 12  # base offset + length: the part not counted in Length
@@ -161,6 +162,34 @@ def decode_batch(raw: memoryview | bytes, *, exact: bool = False) -> ProducedBat
         records,
         raw,
     )
+
+
+def batch_messages(raw: bytes | memoryview) -> list[tuple[bytes | None, bytes | None, None]]:
+    """The store's (payload, meta, ttl) of each record of a v2 batch kept as it was
+    produced (a MessageTable row holding a Kafka batch, storage keys.F_KAFKA_BATCH): what
+    Produce stores per record otherwise (gateway records.to_entries; such a batch has no
+    tms.tx.write_pointer header), built when a reader other than a Kafka fetch wants the
+    messages. Raises CorruptRecords if the records do not decode."""
+    return list(iter_batch_messages(raw))
+
+
+def iter_batch_messages(
+    raw: bytes | memoryview, skip: int = 0
+) -> Iterator[tuple[bytes | None, bytes | None, None]]:
+    """batch_messages lazily, from record ``skip`` on: a reader that wants a few records
+    of a large batch builds the meta of those only (the ones before are parsed, in C, and
+    passed over), and stops decoding where it stops reading."""
+    try:
+        for i, rec in enumerate(DefaultRecordBatch(raw)):
+            if i < skip:
+                continue
+            key, ts, headers = rec.key, rec.timestamp, rec.headers
+            if key is None and not headers and ts >= 0:
+                yield rec.value, pack_timestamp_meta(ts), None
+            else:
+                yield rec.value, encode_meta(key, headers, ts), None
+    except Exception as exc:  # codec errors come in many types (zstd, lz4, gzip, ...)
+        raise CorruptRecords(f"stored batch does not decode: {type(exc).__name__}: {exc}") from exc
 
 
 def decode_records(raw: bytes | memoryview | None) -> list[ProducedBatch]:

@@ -27,10 +27,13 @@ from .ids import (
     PublishResult,
     ReadResult,
     RollbackDetail,
+    StoredBatch,
     StoredRange,
     TopicId,
     TopicMetadata,
 )
+from .keys import MAX_PACKED_BYTES as KAFKA_BATCH_MAX_BYTES
+from .keys import MAX_PACKED_COUNT as KAFKA_BATCH_MAX_RECORDS
 from .store import Store, open_store
 from .transactions import (
     TX_PER_MS,
@@ -42,6 +45,8 @@ from .transactions import (
 )
 
 __all__ = [
+    "KAFKA_BATCH_MAX_BYTES",
+    "KAFKA_BATCH_MAX_RECORDS",
     "TX_PER_MS",
     "Backend",
     "BackendError",
@@ -62,6 +67,7 @@ __all__ = [
     "StorageError",
     "Store",
     "StoreClosed",
+    "StoredBatch",
     "StoredRange",
     "TopicAlreadyExists",
     "TopicId",

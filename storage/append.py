@@ -133,6 +133,31 @@ class RowAppender:
             None,
         )
 
+    def append_kafka_batch(
+        self, batch: Batch, st: TopicState, records: bytes | memoryview, count: int
+    ) -> PublishResult:
+        """append() for a plain Kafka produce kept as sent: one row holding the v2 record
+        batch of ``count`` records (keys.F_KAFKA_BATCH), message i taking the row's seq + i
+        as in any packed row."""
+        ts, seq = self.allocate(st, count)
+        if seq + count > keys.MAX_SEQ:  # the run's seqs must fit one millisecond
+            ts, seq = ts + 1, -1
+        base, pack = st.next_offset, _SUFFIX.pack
+        key = st.msg_prefix + pack(ts, seq + 1)
+        batch.mutations.append((key, keys.encode_kafka_batch_row(base, count, records)))
+        batch.appended(st.intent_key, key, key, 1)
+        end = base + count
+        st.last_ts, st.last_seq, st.next_offset = ts, seq + count, end
+        batch.after.append(lambda: self._on_visible(st, end))
+        return PublishResult(
+            base,
+            count,
+            MessageId(pack(ts, seq + 1) + bytes(10)),
+            MessageId(pack(ts, seq + count) + bytes(10)),
+            ts,
+            None,
+        )
+
     def watch_tx_row(self, batch: Batch, st: TopicState, wp: int, base: int) -> None:
         marker = st.open_tx_prefix + keys.OPEN_TX_SUFFIX.pack(wp, base)
         batch.derive(st.intent_key, [(marker, b"")])

@@ -15,8 +15,11 @@ All integers are big-endian so byte order is numeric order.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+from tmsgate.protocol import CorruptRecords, batch_messages, iter_batch_messages
+
+from .errors import StorageError
 from .ids import TopicId
 
 MESSAGE = b"M"
@@ -128,10 +131,20 @@ F_GAP = 64
 # put) and one row read per run of messages instead of per message. F_PAYLOAD is set
 # too, so a backend with columns keeps the packed bytes in ``p``.
 F_PACKED = 128
+# A packed row with the meta column: its messages are one Kafka v2 record batch, kept as
+# the producer sent it (a plain Kafka produce, encode_kafka_batch_row). ``m`` holds the
+# batch's header (KAFKA_BATCH_HEADER bytes, base offset first) and ``p`` its records, so
+# the two columns, one after the other, are the batch. A Kafka fetch sends those bytes
+# with only the base offset replaced, as Kafka serves the batches it stored; any other
+# reader gets each record's (payload, meta) from protocol.batch_messages: what Produce
+# stores per record otherwise. (The flags byte has no bit left for a kind of its own.)
+F_KAFKA_BATCH = F_PACKED | F_META | F_PAYLOAD
+KAFKA_BATCH_HEADER = 61
 
 ROW_HEAD = struct.Struct(">BQI")
 MAX_ROW_COUNT = 0xFFFFFFFF  # the most offsets one row spans (its count column)
 ROW_HEAD_META = struct.Struct(">BQII")  # the head, then meta's length (F_META rows)
+_HEAD_META_SIZE = ROW_HEAD_META.size
 TX_COLUMN = struct.Struct(">q")
 TTL_COLUMN = struct.Struct(">Q")
 META_LEN = struct.Struct(">I")
@@ -237,12 +250,30 @@ def _packed_row(n: int, parts: list[bytes], base: int, numbered: bool) -> tuple[
     return n, ROW_HEAD.pack(F_PACKED | F_PAYLOAD, base, n) + b"".join(parts)
 
 
+def encode_kafka_batch_row(base_offset: int, count: int, batch: bytes | memoryview) -> bytes:
+    """The MessageTable row of a Kafka v2 record batch of ``count`` records (F_KAFKA_BATCH)."""
+    return ROW_HEAD_META.pack(F_KAFKA_BATCH, base_offset, count, KAFKA_BATCH_HEADER) + batch
+
+
+def kafka_batch_of(value: bytes) -> memoryview:
+    """The record batch an F_KAFKA_BATCH row holds, as produced (base offset and all)."""
+    return memoryview(value)[_HEAD_META_SIZE:]
+
+
 def unpack_messages(value: bytes) -> list[tuple[bytes | None, bytes | None, int | None]]:
     """The (payload, meta, ttl) of each message of a row, plain or packed."""
     flags, _, count = ROW_HEAD.unpack_from(value)
     if not flags & F_PACKED:
         _, _, _, _, ttl, meta, payload = decode_row(value)
         return [(payload, meta, ttl)]
+    if flags == F_KAFKA_BATCH:
+        try:
+            found = batch_messages(kafka_batch_of(value))
+        except CorruptRecords as exc:
+            raise StorageError(f"a stored Kafka batch is damaged: {exc}") from exc
+        if len(found) != count:
+            raise StorageError(f"a stored Kafka batch holds {len(found)} records, not {count}")
+        return found  # type: ignore[return-value]
     out = []
     pos, unpack = _HEAD_SIZE, PACKED.unpack_from
     for _ in range(count):
@@ -254,6 +285,20 @@ def unpack_messages(value: bytes) -> list[tuple[bytes | None, bytes | None, int 
         pos += max(p, 0)
         out.append((payload, meta, None if ttl < 0 else ttl))
     return out
+
+
+def iter_messages(
+    value: bytes, first: int = 0
+) -> Iterator[tuple[bytes | None, bytes | None, int | None]]:
+    """unpack_messages(value)[first:], lazily for a row holding a Kafka batch (a large one
+    read from inside, or only partly, decodes only what is taken)."""
+    if value[0] != F_KAFKA_BATCH:
+        yield from unpack_messages(value)[first:]
+        return
+    try:
+        yield from iter_batch_messages(kafka_batch_of(value), first)
+    except CorruptRecords as exc:
+        raise StorageError(f"a stored Kafka batch is damaged: {exc}") from exc
 
 
 def messages_in_row(value: bytes) -> int:

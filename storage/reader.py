@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from . import keys
 from .backend import Backend
-from .ids import MessageId, MessageRow, ReadResult
+from .ids import MessageId, MessageRow, ReadResult, StoredBatch
 from .topics import TopicState
 from .transactions import Transaction, Visibility
 
@@ -179,11 +179,14 @@ def read(
     tx: Transaction | None,
     next_offset: int,
     sealed: Callable[[int], Visibility] | None = None,
+    kafka_batches: bool = False,
 ) -> ReadResult:
     """Up to ``max_messages`` from ``start``. ``tx``: a transactional reader's snapshot
     (None reads everything written, the TMS non-transactional read). ``sealed(wp)``:
     how a reader without a snapshot treats a sealed reference (its transaction's state
-    now)."""
+    now). ``kafka_batches`` (a Kafka fetch): a row holding a Kafka batch that the read
+    wants whole comes as one StoredBatch item (counted as one toward ``max_messages``,
+    never past ``max_bytes`` unless first), not as its messages."""
     prefix, plen = st.msg_prefix, len(st.msg_prefix)
     settled = True  # only plain rows so far (ReadResult.settled)
     floor = ttl_floor_key(st, now_ms)
@@ -198,6 +201,7 @@ def read(
     head = keys.ROW_HEAD.unpack_from
     head_meta = keys.ROW_HEAD_META.unpack_from
     plain, plain_meta = keys.F_PAYLOAD, keys.F_PAYLOAD | keys.F_META
+    kafka_batch = keys.F_KAFKA_BATCH if kafka_batches else -1
     zeros = bytes(10)
     if start.first is not None and begin == start.key:
         # The search read the first row: the scan (lazy) is asked only for the rest.
@@ -232,12 +236,26 @@ def read(
         end = base + count
         if end <= skip_off:
             continue
+        if flags == kafka_batch and base >= skip_off and skip_id is None:
+            # A produced batch the fetch sends as it is stored (a fetch from inside one
+            # takes its messages, below: one decode, after which fetches start at rows).
+            stored = StoredBatch(key, base, count, keys.kafka_batch_of(value))
+            if out and max_bytes is not None and size + len(stored.batch) > max_bytes:
+                break
+            out.append(stored)
+            size += len(stored.batch)
+            resume = end
+            skip_off = -1
+            if len(out) >= max_messages or (max_bytes is not None and size >= max_bytes):
+                break
+            continue
         if flags & keys.F_PACKED:
             # A packed run of plain messages: message i has offset base + i and the id
             # of the row's seq + i (keys.F_PACKED).
             ts, seq = _MESSAGE_ID.unpack_from(key, plen)
             full = True
-            for i, (p, m, msg_ttl) in enumerate(keys.unpack_messages(value)):
+            first = max(skip_off - base, 0) if skip_id is None else 0
+            for i, (p, m, msg_ttl) in enumerate(keys.iter_messages(value, first), first):
                 offset = base + i
                 mid = _MESSAGE_ID.pack(ts, seq + i) + zeros
                 if offset < skip_off or (

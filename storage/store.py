@@ -35,6 +35,7 @@ from .ids import (
     PublishResult,
     ReadResult,
     RollbackDetail,
+    StoredBatch,
     StoredRange,
     TopicId,
     TopicMetadata,
@@ -400,20 +401,55 @@ class Store:
         wp = _write_pointer(tx)
         if not items and wp is None:
             raise StorageError("nothing to publish: no messages and no transaction")
-        self._refuse_if_full()
         entries = list(items)
+
+        def append(batch: Batch, st: TopicState) -> PublishResult:
+            if wp is not None and not self.transactions.is_in_progress(wp):
+                raise TransactionNotInProgress(wp, self.transactions.state(wp))
+            if entries:
+                return self._rows.append(batch, st, entries, wp)
+            return self._rows.append_reference(batch, st, wp)  # type: ignore[arg-type]
+
+        return self._publish(topic, append, wp, state)
+
+    def publish_kafka_batch_async(
+        self,
+        topic: TopicId,
+        records: bytes | memoryview,
+        count: int,
+        state: StateArg = None,
+    ) -> Future[PublishResult]:
+        """Append a Kafka v2 record batch of ``count`` plain records (no write pointer, a
+        validated batch with consecutive offset deltas from 0) as one MessageTable row kept
+        as sent (keys.F_KAFKA_BATCH): a Kafka fetch serves it as Kafka serves a stored
+        batch, and every other reader sees its records as messages with the meta Produce
+        would have given each. ``records`` must not change until the write is done (it is
+        copied into the row on the writer thread). ``state`` as for publish_async."""
+        if not 1 <= count <= keys.MAX_PACKED_COUNT:
+            raise ValueError(f"a stored Kafka batch holds 1 to {keys.MAX_PACKED_COUNT} records")
+        if not keys.KAFKA_BATCH_HEADER < len(records) <= keys.MAX_PACKED_BYTES:
+            raise ValueError(f"a stored Kafka batch is at most {keys.MAX_PACKED_BYTES} bytes")
+
+        def append(batch: Batch, st: TopicState) -> PublishResult:
+            return self._rows.append_kafka_batch(batch, st, records, count)
+
+        return self._publish(topic, append, None, state)
+
+    def _publish(
+        self,
+        topic: TopicId,
+        append: Callable[[Batch, TopicState], PublishResult],
+        wp: int | None,
+        state: StateArg,
+    ) -> Future[PublishResult]:
+        self._refuse_if_full()
         state_mutations = None if callable(state) else _state_mutations(state)
 
         def op(batch: Batch) -> PublishResult:
             self._refuse_if_full()  # again: the disk may have filled while it was queued
             st = self._leading(topic)
-            if wp is not None and not self.transactions.is_in_progress(wp):
-                raise TransactionNotInProgress(wp, self.transactions.state(wp))
             saved = (st.last_ts, st.last_seq, st.next_offset)
-            if entries:
-                result = self._rows.append(batch, st, entries, wp)
-            else:
-                result = self._rows.append_reference(batch, st, wp)  # type: ignore[arg-type]
+            result = append(batch, st)
             if state_mutations is None:
                 try:
                     updates = _state_mutations(state(result))  # type: ignore[operator]
@@ -791,7 +827,11 @@ class Store:
         max_messages: int = 500,
         max_bytes: int | None = None,
         tx: Transaction | None = None,
+        kafka_batches: bool = False,
     ) -> ReadResult:
+        """Messages from ``offset``, a message id (``start`` bytes) or a publish time
+        (``start`` int). ``kafka_batches``: rows holding a Kafka batch come as StoredBatch
+        items (reader.read), for a Kafka fetch."""
         self._check_open()
         st = self._state(topic)
         now = self._clock()
@@ -823,12 +863,15 @@ class Store:
             tx=tx,
             next_offset=nxt,
             sealed=self.transactions.visibility_now,
+            kafka_batches=kafka_batches,
         )
         last = res.rows[-1] if res.rows else None  # (id, payload, offset, ts, wp, meta)
         hint = None
         if res.split is not None:
             # The read stopped inside a packed row: the next read by offset starts there.
             hint = res.split
+        elif type(last) is StoredBatch:  # its row was read whole: as below
+            hint = last.key + b"\x00"
         elif last is not None and last[4] is None and last[0].endswith(_NO_PAYLOAD_ID):
             # The last message's row (plain, no transaction) was read whole, so the rows
             # for every later offset have greater keys: the next read by offset can start

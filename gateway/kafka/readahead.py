@@ -31,7 +31,7 @@ from tmsgate.storage import StorageError, Store, TopicId
 
 from .batch_cache import BatchCache
 from .metrics import Metrics
-from .records import encode_batches
+from .records import encode_rows, messages_in
 
 log = logging.getLogger("tmsgate.kafka.readahead")
 
@@ -42,6 +42,7 @@ MAX_UNSETTLED = 10_000  # topics remembered as having transactional records ahea
 MAX_CHUNK_BYTES = 4 << 20  # a fetch asking for more reads the rest itself: memory stays bounded
 WAIT_S = 5.0  # a fetch waits at most this long for a read-ahead of its offset
 MAX_MESSAGES = 50_000
+Chunks = list[bytes | bytearray | memoryview]  # record batches to send one after another
 
 
 class ReadAhead:
@@ -56,8 +57,8 @@ class ReadAhead:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="tmsgate-readahead")
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[bytes, int], Future[None]] = {}
-        # (topic uuid, offset) -> (the batch, the offset after it, messages in it)
-        self._ready: dict[tuple[bytes, int], tuple[bytearray, int, int]] = {}
+        # (topic uuid, offset) -> (its chunks, the offset after them, messages in them)
+        self._ready: dict[tuple[bytes, int], tuple[Chunks, int, int]] = {}
         # topic uuid -> the offset a read ahead found unsettled rows below (transactional
         # records): no read-ahead there again, where it would only be thrown away
         self._unsettled: dict[bytes, int] = {}
@@ -97,8 +98,9 @@ class ReadAhead:
 
     def take(
         self, uuid: bytes, offset: int, limit: int, wait: bool
-    ) -> tuple[bytearray, int, int] | None:
-        """The chunk read ahead from ``offset``: (batch, offset after it, messages), or None.
+    ) -> tuple[Chunks, int, int] | None:
+        """What was read ahead from ``offset``: (its chunks, the offset after them,
+        messages), or None.
         ``wait`` (an executor thread, never the loop): first wait for a read of it still
         in progress. A chunk reaching ``limit`` (a read_committed fetch's last stable
         offset) is not for this fetch."""
@@ -135,6 +137,7 @@ class ReadAhead:
                 offset=offset,
                 max_messages=min(MAX_MESSAGES, max(1, max_bytes // 16)),
                 max_bytes=max_bytes,
+                kafka_batches=True,
             )
         except StorageError as exc:
             # The consumer's own fetch of these offsets reads them again and reports it.
@@ -146,13 +149,13 @@ class ReadAhead:
                     self._unsettled.clear()
                 self._unsettled[uuid] = max(res.next_offset, offset + 1)
             return
-        rows = res.rows
-        [raw] = encode_batches(rows, False)
+        chunks = encode_rows(res.rows, offset, res.next_offset, False)
+        count = messages_in(res.rows)
         with self._lock:
             while len(self._ready) >= MAX_READY:  # never taken: the oldest go
                 del self._ready[next(iter(self._ready))]
-            self._ready[(uuid, offset)] = (raw, rows[-1][2] + 1, len(rows))
-        self._metrics.readahead_messages.inc(len(rows))
+            self._ready[(uuid, offset)] = (chunks, res.next_offset, count)
+        self._metrics.readahead_messages.inc(count)
 
     def close(self) -> None:
         with self._lock:

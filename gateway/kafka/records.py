@@ -24,10 +24,11 @@ from tmsgate.protocol import (
     pack_timestamp_meta,
     skip_batch,
 )
-from tmsgate.storage import Entry, MessageRow
+from tmsgate.storage import Entry, MessageRow, StoredBatch
 
 log = logging.getLogger("tmsgate.kafka.records")
 _WP = struct.Struct(">q")
+_BASE_OFFSET = struct.Struct(">q")
 
 
 def write_pointer_of(value: bytes | None) -> int:
@@ -119,20 +120,38 @@ def encode_batches(rows: Sequence[MessageRow], log_append_time: bool) -> list[by
 
 
 def encode_rows(
-    rows: Sequence[MessageRow], start: int, next_offset: int, log_append_time: bool
-) -> list[bytes | bytearray]:
-    """Record batches for a fetch that read ``rows`` (ReadResult.rows) from ``start`` up
-    to ``next_offset`` (exclusive), as chunks to send one after another (not joined: a
-    copy of a 1 MB answer costs fresh memory, protocol.build_batch).
+    rows: Sequence[MessageRow | StoredBatch], start: int, next_offset: int, log_append_time: bool
+) -> list[bytes | bytearray | memoryview]:
+    """Record batches for a fetch that read ``rows`` (ReadResult.rows, StoredBatch items
+    among them) from ``start`` up to ``next_offset`` (exclusive), as chunks to send one
+    after another (not joined: a copy of a 1 MB answer costs fresh memory,
+    protocol.build_batch). A StoredBatch goes out as stored, its base offset replaced
+    (the CRC does not cover it), as Kafka sends the batches it stored.
 
     Offsets the read skipped (rolled back, invalid, expired) between messages are
     simply absent, as after compaction. Skipped offsets after the last message get a
     control batch (skip_batch) so that every client, librdkafka's application
     position included, moves past them instead of fetching them again."""
-    chunks: list[bytes | bytearray] = []
-    if rows:
-        chunks += encode_batches(rows, log_append_time)
-    covered = rows[-1][2] + 1 if rows else start
+    chunks: list[bytes | bytearray | memoryview] = []
+    run: list[MessageRow] = []
+    covered = start
+    for row in rows:
+        if type(row) is StoredBatch:
+            if run:
+                chunks += encode_batches(run, log_append_time)
+                run = []
+            chunks += (_BASE_OFFSET.pack(row.base_offset), row.batch[8:])
+            covered = row.base_offset + row.count
+        else:
+            run.append(row)  # type: ignore[arg-type]
+    if run:
+        chunks += encode_batches(run, log_append_time)
+        covered = run[-1][2] + 1
     if next_offset > covered:
         chunks.append(skip_batch(covered, next_offset - 1))
     return chunks
+
+
+def messages_in(rows: Sequence[MessageRow | StoredBatch]) -> int:
+    """How many messages a read's rows hold (a StoredBatch holds several)."""
+    return sum(row.count if type(row) is StoredBatch else 1 for row in rows)

@@ -22,7 +22,7 @@ from ..batch_cache import BatchCache
 from ..context import RequestContext
 from ..errors import error_of
 from ..readahead import ReadAhead
-from ..records import encode_rows
+from ..records import encode_rows, messages_in
 from ..routes import Route
 from ..topics import TopicInfo
 
@@ -108,9 +108,9 @@ def _read_one(
             if ahead is not None and not chunks:
                 got = ahead.take(uuid, offset, limit, not cache_only)
             if got is not None:
-                chunk, offset, count = got
-                chunks.append(chunk)
-                used += len(chunk)
+                ahead_chunks, offset, count = got
+                chunks += ahead_chunks
+                used += sum(map(len, ahead_chunks))
                 out.messages += count
                 continue
             if cache_only:
@@ -124,13 +124,14 @@ def _read_one(
                 max_messages=min(MAX_MESSAGES, max(1, room // 16)),
                 max_bytes=room,
                 tx=tx,
+                kafka_batches=True,
             )
             if res.next_offset <= offset:
                 break  # nothing readable yet (or held at an open transaction)
             batches = encode_rows(res.rows, offset, res.next_offset, log_append)
             chunks += batches
             used += sum(map(len, batches))
-            out.messages += len(res.rows)
+            out.messages += messages_in(res.rows)
             offset = res.next_offset
             if res.held:
                 break

@@ -30,7 +30,13 @@ from tmsgate.protocol import (
     decode_batch,
     split_batches,
 )
-from tmsgate.storage import StateConflict, StorageError, TopicNotFound
+from tmsgate.storage import (
+    KAFKA_BATCH_MAX_BYTES,
+    KAFKA_BATCH_MAX_RECORDS,
+    StateConflict,
+    StorageError,
+    TopicNotFound,
+)
 
 from ...acls import Operation, ResourceType
 from ..context import CloseConnection, RequestContext
@@ -45,6 +51,7 @@ if TYPE_CHECKING:
     from ..broker import Broker
 
 log = logging.getLogger("tmsgate.kafka.produce")
+ZSTD = 4  # a batch's compression type
 # Failed produces are logged once with their cause, then counted (a full disk refuses
 # every produce; each used to log a traceback).
 FAILURES = FailureLog("produce", log)
@@ -103,13 +110,22 @@ async def _prepare(
         batch: ProducedBatch = decode_batch(views[0])
     except ProtocolError as exc:
         return _fail(getattr(exc, "code", ErrorCode.CORRUPT_MESSAGE), str(exc))
-    try:
-        entries, wp = to_entries(batch.records)
-    except ProtocolError as exc:
-        return _fail(getattr(exc, "code", ErrorCode.INVALID_RECORD), str(exc))
-    if batch.is_transactional:
-        return await _prepare_transactional(ctx, info, batch, entries, wp)
     log_append = info.config.log_append_time
+    # A batch whose records read back exactly as sent (_as_sent) is stored as sent, one
+    # row, and a fetch sends those bytes; its records need no entries unless a header
+    # might be the transaction header.
+    reads_back = not batch.is_transactional and _reads_back(batch, log_append)
+    as_sent = reads_back and _fits_a_row(batch)
+    entries: list[Any] | None = None
+    wp = None
+    if not as_sent or any(r.headers for r in batch.records):
+        try:
+            entries, wp = to_entries(batch.records)
+        except ProtocolError as exc:
+            return _fail(getattr(exc, "code", ErrorCode.INVALID_RECORD), str(exc))
+    if batch.is_transactional:
+        return await _prepare_transactional(ctx, info, batch, entries or [], wp)
+    as_sent, reads_back = as_sent and wp is None, reads_back and wp is None
     state = rec = key = None
     if batch.is_idempotent:
         key = broker.producers.key(info, batch.producer_id)
@@ -126,21 +142,36 @@ async def _prepare(
             FAILURES.failed(verdict.error, f"{message} (state: {describe(entry)})", str(info.id))
             return _fail(verdict.error, message)
         rec, state = broker.producers.record(key, entry, batch, info.id)
+    store = broker.store
     try:
-        fut = broker.store.publish_async(info.id, entries, tx=wp, state=state)
+        if as_sent:
+            fut = store.publish_kafka_batch_async(info.id, batch.raw, len(batch.records), state)
+        else:
+            fut = store.publish_async(info.id, entries or [], tx=wp, state=state)
     except Exception as exc:
         if rec is not None and key is not None:
             broker.producers.failed(key, rec, exc)
         return _fail(*error_of(exc, f"produce to {info.id}", FAILURES))
-    # Batches that read back byte for byte as sent are kept for fetches near the head.
-    cacheable = (
-        wp is None
-        and not log_append
-        and batch.max_timestamp >= 0
-        and batch.records[0].timestamp >= 0
-    )
     return _when_written(
-        fut, functools.partial(_completed, ctx, info, rec, key, batch, log_append, cacheable)
+        fut, functools.partial(_completed, ctx, info, rec, key, batch, log_append, reads_back)
+    )
+
+
+def _reads_back(batch: ProducedBatch, log_append: bool) -> bool:
+    """Whether a plain batch's records read back byte for byte as sent (a CreateTime
+    topic, client timestamps present), so that fetches near the head may take it from the
+    batch cache. The caller checks the transaction header (to_entries)."""
+    return not log_append and batch.max_timestamp >= 0 and batch.records[0].timestamp >= 0
+
+
+def _fits_a_row(batch: ProducedBatch) -> bool:
+    """Whether a batch that reads back as sent is kept as sent in one row (storage
+    F_KAFKA_BATCH), within the store's bounds; not zstd, which fetches before v10 cannot
+    take (a larger or zstd batch is stored as messages, and fetched as built batches)."""
+    return (
+        batch.compression_type != ZSTD
+        and len(batch.raw) <= KAFKA_BATCH_MAX_BYTES
+        and len(batch.records) <= KAFKA_BATCH_MAX_RECORDS
     )
 
 
