@@ -57,6 +57,7 @@ from ._records import (
     decode_records,
     empty_batch,
     iter_batch_messages,
+    iter_batch_records,
     skip_batch,
     split_batches,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "encode_produce_response",
     "encode_response",
     "iter_batch_messages",
+    "iter_batch_records",
     "meta_timestamp",
     "pack_timestamp_meta",
     "parse_header",

@@ -192,6 +192,18 @@ def iter_batch_messages(
         raise CorruptRecords(f"stored batch does not decode: {type(exc).__name__}: {exc}") from exc
 
 
+def iter_batch_records(
+    raw: bytes | memoryview,
+) -> Iterator[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]]:
+    """(key, value, headers, timestamp) of each record of a v2 batch kept as produced;
+    raises CorruptRecords if the records do not decode."""
+    try:
+        for rec in DefaultRecordBatch(raw):
+            yield rec.key, rec.value, rec.headers, rec.timestamp
+    except Exception as exc:  # codec errors come in many types (zstd, lz4, gzip, ...)
+        raise CorruptRecords(f"stored batch does not decode: {type(exc).__name__}: {exc}") from exc
+
+
 def decode_records(raw: bytes | memoryview | None) -> list[ProducedBatch]:
     """Every batch of a Produce partition's records field."""
     if raw is None:

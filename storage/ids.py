@@ -16,6 +16,7 @@ PARTITION_MARK = "~"
 MAX_PARTITIONS = 100_000
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}(~[1-9][0-9]{0,4})?$")
 _MESSAGE_ID = struct.Struct(">QHQH")
+_ID_SUFFIX = struct.Struct(">QH")  # publish time, seq: a MessageTable key's end (keys.py)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -194,6 +195,17 @@ class StoredBatch(NamedTuple):
     @property
     def next_offset(self) -> int:
         return self.base_offset + self.count
+
+    @property
+    def publish_ts(self) -> int:
+        return _ID_SUFFIX.unpack_from(self.key, len(self.key) - _ID_SUFFIX.size)[0]
+
+    def message_ids(self) -> list[bytes]:
+        """Its messages' ids, in offset order: message i has the row's seq + i (a row key
+        ends with the publish time and seq of its first message)."""
+        ts, seq = _ID_SUFFIX.unpack_from(self.key, len(self.key) - _ID_SUFFIX.size)
+        pack, zeros = _ID_SUFFIX.pack, bytes(10)
+        return [pack(ts, seq + i) + zeros for i in range(self.count)]
 
 
 class ReadResult:

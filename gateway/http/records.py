@@ -11,6 +11,7 @@ makes Arrow arrays of them without a loop per record.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -18,7 +19,14 @@ from starlette.responses import Response
 from tmsgate.gateway.errors import BadRequest
 from tmsgate.gateway.kafka.config import TIMESTAMP_TYPE
 from tmsgate.gateway.offsets import lookup
-from tmsgate.protocol import InvalidRecords, MalformedMeta, decode_meta, encode_meta
+from tmsgate.protocol import (
+    CorruptRecords,
+    InvalidRecords,
+    MalformedMeta,
+    decode_meta,
+    encode_meta,
+    iter_batch_records,
+)
 from tmsgate.protocol.columns import (
     MEDIA_TYPE,
     MalformedColumns,
@@ -26,7 +34,7 @@ from tmsgate.protocol.columns import (
     decode_columns,
     encode_columns,
 )
-from tmsgate.storage import MessageRow, ReadResult, StoredRange, TopicId
+from tmsgate.storage import MessageRow, ReadResult, StoredBatch, StoredRange, TopicId
 
 from .config import HttpConfig
 from .errors import json_response, read_body, read_json_object, topic_id, write_pointer_of
@@ -53,13 +61,24 @@ def _int_field(doc: dict[str, Any], name: str, default: int | None, low: int, hi
     return value
 
 
-def columns_of(rows: list[MessageRow], next_offset: int, log_append_time: bool) -> bytes:
-    """The record-columns body of what the store read (ReadResult.rows; hot path: one
-    pass per record)."""
+def columns_of(
+    rows: list[MessageRow | StoredBatch],
+    next_offset: int,
+    log_append_time: bool,
+    end: int | None = None,
+) -> bytes:
+    """The record-columns body of what the store read (ReadResult.rows, StoredBatch items
+    among them; hot path: one pass per record), up to offset ``end`` (exclusive)."""
     cols = RecordColumns(next_offset=next_offset, log_append_time=log_append_time)
     offsets, stamps, pointers = cols.offsets, cols.timestamps, cols.write_pointers
     ids, keys, values, headers = cols.ids, cols.keys, cols.values, cols.headers
-    for mid, payload, offset, publish_ts, wp, meta in rows:
+    for row in rows:
+        if type(row) is StoredBatch:
+            _add_batch(cols, row, end)
+            continue
+        mid, payload, offset, publish_ts, wp, meta = row
+        if end is not None and offset >= end:
+            break
         try:
             key, hs, ts = decode_meta(meta)
         except MalformedMeta:
@@ -72,6 +91,25 @@ def columns_of(rows: list[MessageRow], next_offset: int, log_append_time: bool) 
         values.append(payload)
         headers.append(hs)
     return encode_columns(cols)
+
+
+def _add_batch(cols: RecordColumns, batch: StoredBatch, end: int | None) -> None:
+    """A Kafka batch kept as produced, record by record, without the meta each record
+    would have as a message (storage keys.F_KAFKA_BATCH)."""
+    n = batch.count if end is None else max(min(batch.count, end - batch.base_offset), 0)
+    publish_ts = batch.publish_ts
+    use_publish = cols.log_append_time
+    stamps, keys, values, headers = cols.timestamps, cols.keys, cols.values, cols.headers
+    for key, value, hs, ts in itertools.islice(iter_batch_records(batch.batch), n):
+        stamps.append(publish_ts if use_publish or ts < 0 else ts)
+        keys.append(key)
+        values.append(value)
+        headers.append(hs)
+    if len(stamps) != len(cols.offsets) + n:
+        raise CorruptRecords(f"a stored batch at offset {batch.base_offset} is short")
+    cols.offsets += range(batch.base_offset, batch.base_offset + n)
+    cols.write_pointers += [0] * n
+    cols.ids += batch.message_ids()[:n]
 
 
 class RecordHandlers:
@@ -130,13 +168,12 @@ class RecordHandlers:
         if offset >= end:
             return columns_of([], offset, log_append)
         res: ReadResult = self._store.read(
-            tid, offset=offset, max_messages=limit, max_bytes=max_bytes, tx=tx
+            tid, offset=offset, max_messages=limit, max_bytes=max_bytes, tx=tx, kafka_batches=True
         )
-        rows, nxt = res.rows, res.next_offset
-        if nxt > end:
-            rows = [r for r in rows if r[2] < end]  # (id, payload, offset, ...)
-            nxt = end
-        return columns_of(rows, nxt, log_append)
+        # A stored Kafka batch counts as one toward max_messages: maxRecords bounds the
+        # offsets instead (gaps make that fewer records, never more).
+        stop = min(end, offset + limit)
+        return columns_of(res.rows, min(res.next_offset, stop), log_append, stop)
 
 
 async def store_columns(

@@ -111,9 +111,9 @@ async def _prepare(
     except ProtocolError as exc:
         return _fail(getattr(exc, "code", ErrorCode.CORRUPT_MESSAGE), str(exc))
     log_append = info.config.log_append_time
-    # A batch whose records read back exactly as sent (_as_sent) is stored as sent, one
-    # row, and a fetch sends those bytes; its records need no entries unless a header
-    # might be the transaction header.
+    # A plain batch whose records read back exactly as sent (_reads_back) is stored as
+    # sent, one row, where it fits one (_fits_a_row), and a fetch sends those bytes: its
+    # records need no entries, unless a header might be the transaction header.
     reads_back = not batch.is_transactional and _reads_back(batch, log_append)
     as_sent = reads_back and _fits_a_row(batch)
     entries: list[Any] | None = None
