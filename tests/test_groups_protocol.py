@@ -442,6 +442,25 @@ def test_bad_input_gets_kafka_error_codes_and_other_groups_keep_working(tmp_path
     assert "malformed request" in text
 
 
+def test_repeated_refusals_log_one_line(tmp_path, caplog):
+    """A client heartbeating a group the gateway does not know is answered every time,
+    and logged once (then counted), not a line per heartbeat."""
+
+    async def scenario(broker, connect):
+        wire = await connect()
+        hb = {"group_instance_id": None}
+        for _ in range(50):
+            r = await wire.call(
+                HeartbeatRequest, 3, group_id="gone", generation_id=1, member_id="m", **hb
+            )
+            assert r.error_code == E.UNKNOWN_MEMBER_ID
+
+    with caplog.at_level("INFO", logger="tmsgate"):
+        run(tmp_path, scenario)
+    lines = [r for r in caplog.records if "UNKNOWN_MEMBER_ID" in r.getMessage()]
+    assert len([r for r in lines if r.levelname == "INFO"]) == 1
+
+
 def test_shutdown_answers_a_long_polling_join(tmp_path):
     async def scenario(broker, connect):
         a, b = await connect(), await connect()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,8 @@ class Rebalancer:
         self.groups: dict[str, Group] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # (api, error) -> (when last logged at INFO, refusals not logged since)
+        self._refusals: dict[tuple[str, ErrorCode], tuple[float, int]] = {}
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -613,9 +616,21 @@ class Rebalancer:
         for member in group.members.values():
             member.cancel_timer()
 
-    @staticmethod
-    def log_refusal(api: str, group_id: str, member_id: str, exc: GroupError) -> None:
-        level = logging.DEBUG if exc.code in _ROUTINE else logging.INFO
+    def log_refusal(self, api: str, group_id: str, member_id: str, exc: GroupError) -> None:
+        """An INFO line per kind of refusal (API and error) at most every REFUSAL_LOG_S,
+        counting the others: a client heartbeating a group this gateway does not know
+        would otherwise write a line per heartbeat, and many clients a flood."""
+        level = logging.DEBUG
+        if exc.code not in _ROUTINE:
+            now = time.monotonic()
+            last, quiet = self._refusals.get((api, exc.code), (-REFUSAL_LOG_S, 0))
+            if now - last >= REFUSAL_LOG_S:
+                level = logging.INFO
+                self._refusals[api, exc.code] = (now, 0)
+            else:
+                self._refusals[api, exc.code] = (last, quiet + 1)
+            if quiet and level == logging.INFO:
+                log.info("%s: %d more %s refusals were not logged", api, quiet, exc.code.name)
         log.log(
             level,
             "%s group=%r member=%s: %s: %s",
@@ -627,5 +642,6 @@ class Rebalancer:
         )
 
 
+REFUSAL_LOG_S = 10.0
 # Answers every client expects during normal operation: not worth an INFO line each.
 _ROUTINE = frozenset({E.REBALANCE_IN_PROGRESS, E.MEMBER_ID_REQUIRED})
