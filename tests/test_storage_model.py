@@ -23,9 +23,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
+import kafka_requests
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from tmsgate.protocol import batch_messages
 from tmsgate.storage import (
     Entry,
     InvalidTransaction,
@@ -33,6 +35,7 @@ from tmsgate.storage import (
     MessageId,
     RollbackDetail,
     Store,
+    StoredBatch,
     TopicId,
     Transaction,
     TransactionNotInProgress,
@@ -250,6 +253,18 @@ class StoreModel(RuleBasedStateMachine):
         r = self.store.publish(self.topic, entries)
         self.record_direct(r, items, None)
 
+    @rule(keyed=st.lists(st.booleans(), min_size=1, max_size=4))
+    def publish_kafka_batch(self, keyed: list[bool]) -> None:
+        """A plain Kafka produce kept as sent (keys.F_KAFKA_BATCH): its records are
+        messages like any other to every read."""
+        records = []
+        for with_key in keyed:
+            self.counter += 1
+            records.append((b"k" if with_key else None, f"m{self.counter}".encode(), []))
+        raw = kafka_requests.batch(records, timestamp=EPOCH_MS)
+        r = self.store.publish_kafka_batch_async(self.topic, raw, len(records)).result()
+        self.record_direct(r, [(p, m) for p, m, _ in batch_messages(raw)], None)
+
     def record_direct(self, r, items, wp: int | None) -> list[int]:
         assert r.base_offset == self.next_offset and r.count == len(items)
         assert r.publish_ts == r.first_id.publish_ts
@@ -380,6 +395,29 @@ class StoreModel(RuleBasedStateMachine):
         res = self.store.read(self.topic, offset=offset, max_messages=limit, tx=reader)
         self.check_read(res, self.expected_read(tx=tx, reader=model, limit=limit, offset=offset))
         self.continue_at = res.next_offset
+
+    @rule(data=st.data(), limit=LIMIT)
+    def fetch_kafka_batches(self, data, limit: int) -> None:
+        """A Kafka fetch's read: stored batches come whole (counted as one toward the
+        limit), as the records every other read returns, with the same ids."""
+        offset = data.draw(st.integers(0, self.next_offset), label="offset")
+        res = self.store.read(self.topic, offset=offset, max_messages=limit, kafka_batches=True)
+        got = []
+        for row in res.rows:
+            if type(row) is StoredBatch:
+                assert row.base_offset >= offset
+                msgs = self.store.read(
+                    self.topic, offset=row.base_offset, max_messages=row.count
+                ).messages
+                assert row.message_ids() == [bytes(m.id) for m in msgs]
+                records = batch_messages(row.batch)
+                got += [(row.base_offset + i, p) for i, (p, _, _) in enumerate(records)]
+            else:
+                got.append((row[2], row[1]))
+        want, _, _ = self.expected_read(tx=False, reader=None, limit=1 << 30, offset=offset)
+        assert got == want[: len(got)]
+        assert len(got) >= min(limit, len(want))
+        assert res.next_offset == (got[-1][0] + 1 if got else offset)
 
     @precondition(lambda self: self.continue_at is not None)
     @rule(limit=LIMIT)
