@@ -48,6 +48,7 @@ EPOCH_MS = 1_700_000_000_000
 # LevelDB with real files, close and reopen; fsync durability is test_storage_crash.py's job.
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 TX_TIMEOUT_S = 10_000_000.0  # no transaction times out during a run
+KEYED = st.lists(st.booleans(), min_size=1, max_size=4)  # a Kafka batch: a key per record?
 
 
 class Clock:
@@ -253,17 +254,22 @@ class StoreModel(RuleBasedStateMachine):
         r = self.store.publish(self.topic, entries)
         self.record_direct(r, items, None)
 
-    @rule(keyed=st.lists(st.booleans(), min_size=1, max_size=4))
-    def publish_kafka_batch(self, keyed: list[bool]) -> None:
-        """A plain Kafka produce kept as sent (keys.F_KAFKA_BATCH): its records are
-        messages like any other to every read."""
+    def make_kafka_batch(self, keyed: list[bool]) -> tuple[bytes, list]:
+        """A Kafka batch of len(keyed) records, and its model items (payload, meta)."""
         records = []
         for with_key in keyed:
             self.counter += 1
             records.append((b"k" if with_key else None, f"m{self.counter}".encode(), []))
         raw = kafka_requests.batch(records, timestamp=EPOCH_MS)
-        r = self.store.publish_kafka_batch_async(self.topic, raw, len(records)).result()
-        self.record_direct(r, [(p, m) for p, m, _ in batch_messages(raw)], None)
+        return raw, [(p, m) for p, m, _ in batch_messages(raw)]
+
+    @rule(keyed=KEYED)
+    def publish_kafka_batch(self, keyed: list[bool]) -> None:
+        """A plain Kafka produce kept as sent (keys.F_KAFKA_BATCH): its records are
+        messages like any other to every read."""
+        raw, items = self.make_kafka_batch(keyed)
+        r = self.store.publish_kafka_batch_async(self.topic, raw, len(items)).result()
+        self.record_direct(r, items, None)
 
     def record_direct(self, r, items, wp: int | None) -> list[int]:
         assert r.base_offset == self.next_offset and r.count == len(items)

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from test_storage_model import (
     ITEMS,
+    KEYED,
     SETTINGS,
     TX_TIMEOUT_S,
     Row,
@@ -123,6 +124,17 @@ class CrashingStoreModel(StoreModel):
         entries, items = self.make_items(spec)
         try:
             r = self.store.publish(self.topic, entries)
+        except BackendError:
+            self.recover()
+            self.adopt(self.landed(len(items)), items, None)
+            return
+        self.record_direct(r, items, None)
+
+    @rule(keyed=KEYED)
+    def publish_kafka_batch(self, keyed: list[bool]) -> None:
+        raw, items = self.make_kafka_batch(keyed)
+        try:
+            r = self.store.publish_kafka_batch_async(self.topic, raw, len(items)).result()
         except BackendError:
             self.recover()
             self.adopt(self.landed(len(items)), items, None)
