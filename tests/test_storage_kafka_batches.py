@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import kafka_requests
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tmsgate.protocol import batch_messages, decode_batch, encode_meta
 from tmsgate.storage import (
     KAFKA_BATCH_MAX_RECORDS,
@@ -166,3 +168,17 @@ def test_batch_messages_is_what_produce_stores() -> None:
     for codec in (0, 1, 2, 3):
         raw = kafka_batch(random_records(rng, 30), codec)
         assert batch_messages(raw) == as_entries(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=400), count=st.integers(1, 5), flip=st.integers(0, 400))
+def test_any_damage_to_a_kept_batch_is_a_storage_error(data: bytes, count: int, flip: int) -> None:
+    """Whatever bytes a damaged row holds, a read gets its messages or a StorageError."""
+    good = kafka_batch([(b"k", b"v" * 50, [("h", b"x")]), (None, None, [])])
+    for raw in (data, good[:flip] + data + good[flip + len(data) :]):
+        value = keys.encode_kafka_batch_row(0, count, raw)
+        try:
+            keys.unpack_messages(value)
+            list(keys.iter_messages(value, 1))
+        except StorageError:
+            pass
