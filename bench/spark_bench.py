@@ -17,6 +17,9 @@ once per broker by confluent-kafka, outside the timing), Spark local[2]:
                   0, poll to the end (the issue's floor for tms_read).
   tms_write       rows/s of ``df.write.format("tms")``: Spark builds the 1 KiB rows, two
                   tasks store them into one transaction, the driver commits it.
+  ceiling         rows/s of a Python data source that yields ready Arrow batches in the
+                  ``tms`` schema (1 KiB values, no I/O at all) into the noop sink, one task
+                  and two: what Spark itself allows a Python data source on this machine.
   java_ranges     rows/s of bench/java/RangeRead.java: what each task of Spark's own
                   ``format("kafka")`` batch read does (kafka-clients 3.9.0: assign, seek to
                   the range start, poll to its end, Spark's executor consumer settings),
@@ -151,6 +154,55 @@ def write(df: object, url: str, topic: str, http: httpx.Client) -> int:
     return int(http.get(f"/v1/namespaces/default/topics/{topic}/offsets").json()["latest"])
 
 
+def ceiling_source() -> type:
+    """A Python data source with nothing to read: each task yields one prebuilt Arrow
+    batch of the ``tms`` schema over and over (options ``rows``, ``tasks``)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class CeilingReader(DataSourceReader):
+        def __init__(self, rows: int, tasks: int) -> None:
+            self.rows, self.tasks = rows, tasks
+
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(self.tasks)]
+
+        def read(self, partition: InputPartition) -> Iterator[object]:
+            import pyarrow as pa
+            from tmsgate.pipelines.spark.arrow import SCHEMA
+
+            n = 10_000
+            columns = [
+                pa.nulls(n, pa.binary()),
+                pa.array([VALUE] * n, pa.binary()),
+                pa.array(["t"] * n, pa.string()),
+                pa.array([0] * n, pa.int32()),
+                pa.array(range(n), pa.int64()),
+                pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+                pa.array([0] * n, pa.int32()),
+                pa.array([[]] * n, SCHEMA.field("headers").type),
+                pa.array([bytes(20)] * n, pa.binary()),
+                pa.nulls(n, pa.int64()),
+            ]
+            batch = pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+            for _ in range(self.rows // self.tasks // n):
+                yield batch
+
+    class Ceiling(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "tms_ceiling"
+
+        def schema(self) -> str:
+            from tmsgate.pipelines.spark.arrow import SPARK_SCHEMA
+
+            return SPARK_SCHEMA
+
+        def reader(self, schema: object) -> DataSourceReader:
+            return CeilingReader(int(self.options["rows"]), int(self.options["tasks"]))
+
+    return Ceiling
+
+
 def median(samples: list[float]) -> dict[str, object]:
     return {"median": round(statistics.median(samples)), "runs": [round(s) for s in samples]}
 
@@ -196,6 +248,12 @@ def run(args: argparse.Namespace, bootstrap: str, url: str) -> dict[str, object]
         df.write.format("noop").mode("overwrite").save()
         return rows  # noop counts nothing; the check below reads the count once
 
+    def ceiling(tasks: int) -> int:
+        reader = spark.read.format("tms_ceiling").option("rows", rows).option("tasks", tasks)
+        reader.load().write.format("noop").mode("overwrite").save()
+        return rows
+
+    spark.dataSource.register(ceiling_source())
     assert (
         spark.read.format("tms").option("url", url).option("subscribe", topic).load().count()
         == rows
@@ -205,6 +263,8 @@ def run(args: argparse.Namespace, bootstrap: str, url: str) -> dict[str, object]
         log(f"run {r + 1}/{args.runs}")
         sample("tms_read_1_task", timed(rows, lambda: tms_read(1)))
         sample("tms_read_4_tasks", timed(rows, lambda: tms_read(4)))
+        sample("ceiling_1_task", timed(rows, lambda: ceiling(1)))
+        sample("ceiling_2_tasks", timed(rows, lambda: ceiling(2)))
         sample("consumer_gateway", timed(rows, lambda: consume(bootstrap, topic, rows)))
         sample("java_ranges_1_gateway", java_ranges(bootstrap, topic, rows, 1))
         sample("java_ranges_4_gateway", java_ranges(bootstrap, topic, rows, 4))
