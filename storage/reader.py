@@ -386,7 +386,7 @@ def _payload_messages(
     for key, value in backend.scan(prefix, keys.prefix_end(prefix)):
         # A row holds one message, or packed, several: message i has the key's pseq + i.
         ts, pseq = keys.PAYLOAD_ROW.unpack_from(key, plen)
-        for payload, meta, ttl in keys.unpack_messages(value):
+        for payload, meta, ttl in keys.iter_messages(value):
             expired = ttl is not None and publish_ts + ttl < now_ms
             mid = row_suffix + pack(ts, pseq)
             yield (mid, payload, offset, publish_ts, shown_wp, meta), expired

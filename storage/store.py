@@ -425,10 +425,7 @@ class Store:
         batch, and every other reader sees its records as messages with the meta Produce
         would have given each. ``records`` must not change until the write is done (it is
         copied into the row on the writer thread). ``state`` as for publish_async."""
-        if not 1 <= count <= keys.MAX_PACKED_COUNT:
-            raise ValueError(f"a stored Kafka batch holds 1 to {keys.MAX_PACKED_COUNT} records")
-        if not keys.KAFKA_BATCH_HEADER < len(records) <= keys.MAX_PACKED_BYTES:
-            raise ValueError(f"a stored Kafka batch is at most {keys.MAX_PACKED_BYTES} bytes")
+        _check_kafka_batch(records, count)
 
         def append(batch: Batch, st: TopicState) -> PublishResult:
             return self._rows.append_kafka_batch(batch, st, records, count)
@@ -656,11 +653,42 @@ class Store:
         ``spoil``: if this write fails, the transaction can no longer be decided
         (TransactionManager.spoil), for a caller that answers its client before the write
         lands (a Kafka transaction's Produce). Others hear of the failure and choose."""
+        entries = list(items)
+        return self._store(topic, lambda: keys.pack_messages(entries), len(entries), tx, spoil)
+
+    def store_kafka_batch_async(
+        self,
+        topic: TopicId,
+        records: bytes | memoryview,
+        count: int,
+        tx: Transaction | int,
+        spoil: bool = False,
+    ) -> Future[StoredRange]:
+        """store_async for a Kafka transaction's v2 batch of ``count`` records, kept as
+        sent in one PayloadTable row (keys.F_KAFKA_BATCH): its readers get each record's
+        payload and meta as store_async's entries would give them. ``records`` as for
+        publish_kafka_batch_async."""
+        _check_kafka_batch(records, count)
+
+        def rows_of() -> list[tuple[int, bytes]]:  # on the writer: the copy into the row
+            return [(count, keys.encode_kafka_batch_row(0, count, records))]
+
+        return self._store(topic, rows_of, count, tx, spoil)
+
+    def _store(
+        self,
+        topic: TopicId,
+        rows_of: Callable[[], list[tuple[int, bytes]]],
+        total: int,
+        tx: Transaction | int,
+        spoil: bool,
+    ) -> Future[StoredRange]:
+        """The PayloadTable write of store_async: ``rows_of()`` gives (messages, value) per
+        row, on the writer thread; ``total`` messages in all."""
         wp = _write_pointer(tx)
         if wp is None:
             raise InvalidTransaction("store() needs a transaction")
         self._refuse_if_full()
-        entries = list(items)
         txm = self.transactions
 
         def op(batch: Batch) -> StoredRange:
@@ -673,7 +701,7 @@ class Store:
             self._rows.check_unreferenced(st, wp)
             stored = self._rows.stored(st, wp)
             count, ts, seq, rows = stored
-            if not entries:
+            if not total:
                 return StoredRange(wp, 0, 0, 0, 0, 0)  # nothing stored
             now = self._clock()
             if now > ts:  # per write pointer, write times never go back: keys stay unique
@@ -681,7 +709,7 @@ class Store:
             prefix = st.payload_prefix + _U64.pack(wp)
             first: tuple[int, int] | None = None
             key = b""
-            for n, value in keys.pack_messages(entries):
+            for n, value in rows_of():
                 # A row's messages take pseqs seq+1 .. seq+n, all of one write time.
                 if seq + n > keys.MAX_SEQ:
                     ts, seq = ts + 1, -1
@@ -698,8 +726,8 @@ class Store:
                 key,
                 rows - stored[3],
             )
-            stored[:] = [count + len(entries), ts, seq, rows]
-            return StoredRange(wp, first[0], first[1], ts, seq, len(entries))
+            stored[:] = [count + total, ts, seq, rows]
+            return StoredRange(wp, first[0], first[1], ts, seq, total)
 
         fut = self._writer.submit(op)
         if not spoil:
@@ -1186,6 +1214,13 @@ class Store:
             self._metadata.clear()
             self._states.clear()
         self.transactions.reload(self.tables.metadata)
+
+
+def _check_kafka_batch(records: bytes | memoryview, count: int) -> None:
+    if not 1 <= count <= keys.MAX_PACKED_COUNT:
+        raise ValueError(f"a stored Kafka batch holds 1 to {keys.MAX_PACKED_COUNT} records")
+    if not keys.KAFKA_BATCH_HEADER < len(records) <= keys.MAX_PACKED_BYTES:
+        raise ValueError(f"a stored Kafka batch is at most {keys.MAX_PACKED_BYTES} bytes")
 
 
 def _write_pointer(tx: TxArg) -> int | None:

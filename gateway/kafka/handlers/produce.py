@@ -111,11 +111,16 @@ async def _prepare(
     except ProtocolError as exc:
         return _fail(getattr(exc, "code", ErrorCode.CORRUPT_MESSAGE), str(exc))
     log_append = info.config.log_append_time
-    # A plain batch whose records read back exactly as sent (_reads_back) is stored as
-    # sent, one row, where it fits one (_fits_a_row), and a fetch sends those bytes: its
-    # records need no entries, unless a header might be the transaction header.
+    # A batch that fits one row (_fits_a_row) is stored as sent, its records then needing
+    # no entries (unless a header might be the transaction header, which to_entries
+    # finds): a transactional one always (its records reach readers only as messages,
+    # after the commit), a plain one if its records read back exactly as sent
+    # (_reads_back), for a fetch sends its bytes.
     reads_back = not batch.is_transactional and _reads_back(batch, log_append)
-    as_sent = reads_back and _fits_a_row(batch)
+    if batch.is_transactional:
+        as_sent = _fits_a_row(batch)
+    else:
+        as_sent = reads_back and batch.compression_type != ZSTD and _fits_a_row(batch)
     entries: list[Any] | None = None
     wp = None
     if not as_sent or any(r.headers for r in batch.records):
@@ -124,7 +129,7 @@ async def _prepare(
         except ProtocolError as exc:
             return _fail(getattr(exc, "code", ErrorCode.INVALID_RECORD), str(exc))
     if batch.is_transactional:
-        return await _prepare_transactional(ctx, info, batch, entries or [], wp)
+        return await _prepare_transactional(ctx, info, batch, None if as_sent else entries, wp)
     as_sent, reads_back = as_sent and wp is None, reads_back and wp is None
     state = rec = key = None
     if batch.is_idempotent:
@@ -165,14 +170,10 @@ def _reads_back(batch: ProducedBatch, log_append: bool) -> bool:
 
 
 def _fits_a_row(batch: ProducedBatch) -> bool:
-    """Whether a batch that reads back as sent is kept as sent in one row (storage
-    F_KAFKA_BATCH), within the store's bounds; not zstd, which fetches before v10 cannot
-    take (a larger or zstd batch is stored as messages, and fetched as built batches)."""
-    return (
-        batch.compression_type != ZSTD
-        and len(batch.raw) <= KAFKA_BATCH_MAX_BYTES
-        and len(batch.records) <= KAFKA_BATCH_MAX_RECORDS
-    )
+    """Whether a batch is within the bounds of one row kept as sent (storage
+    F_KAFKA_BATCH); a larger one is stored as messages, in several rows. (A plain zstd
+    batch is stored as messages too: fetches before v10 cannot take it as it is.)"""
+    return len(batch.raw) <= KAFKA_BATCH_MAX_BYTES and len(batch.records) <= KAFKA_BATCH_MAX_RECORDS
 
 
 def _when_written(
@@ -273,11 +274,16 @@ async def _complete_migrated(
 
 
 async def _prepare_transactional(
-    ctx: RequestContext, info: TopicInfo, batch: ProducedBatch, entries: list[Any], wp: int | None
+    ctx: RequestContext,
+    info: TopicInfo,
+    batch: ProducedBatch,
+    entries: list[Any] | None,
+    wp: int | None,
 ) -> Outcome | asyncio.Future[Outcome]:
     """A Kafka transaction's batch: into the PayloadTable under the transaction's write
     pointer, where no reader sees it until EndTxn commits (gateway/kafka/txn). The
-    response has no offset (-1): the records get theirs at the commit."""
+    response has no offset (-1): the records get theirs at the commit. ``entries`` None:
+    the batch is kept as sent, one row."""
     broker = ctx.broker
     if wp is not None:
         return _fail(
@@ -316,7 +322,12 @@ async def _prepare_transactional(
         return _fail(verdict.error, verdict.message or verdict.error.name)
     rec, _durable_state = broker.producers.record(key, entry, batch, info.id)  # memory only
     try:
-        fut = broker.store.store_async(info.id, entries, wp, spoil=True)
+        if entries is None:
+            fut = broker.store.store_kafka_batch_async(
+                info.id, batch.raw, len(batch.records), wp, spoil=True
+            )
+        else:
+            fut = broker.store.store_async(info.id, entries, wp, spoil=True)
     except Exception as exc:
         broker.producers.failed(key, rec, exc)
         return _fail(*error_of(exc, f"produce to {info.id} in transaction {wp}", FAILURES))
