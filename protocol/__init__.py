@@ -46,6 +46,7 @@ from ._produce_response import (
     encode_produce_response,
 )
 from ._records import (
+    SERVED_HEAD,
     FetchRecord,
     ProducedBatch,
     RecordFields,
@@ -58,6 +59,7 @@ from ._records import (
     empty_batch,
     iter_batch_messages,
     iter_batch_records,
+    served_head,
     skip_batch,
     split_batches,
 )
@@ -74,6 +76,7 @@ TX_HEADER = "tms.tx.write_pointer"
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "SERVED_HEAD",
     "TX_HEADER",
     "AddPartitionsResult",
     "AddPartitionsTopicResult",
@@ -132,6 +135,7 @@ __all__ = [
     "request_class",
     "request_classes",
     "response_class",
+    "served_head",
     "skip_batch",
     "split_batches",
 ]

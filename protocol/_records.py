@@ -404,6 +404,18 @@ def skip_batch(base_offset: int, last_offset: int, timestamp: int = 0) -> bytes:
     return bytes(buf)
 
 
+SERVED_HEAD = 16  # a stored batch's bytes a fetch replaces: base offset, length, epoch
+_SERVED_HEAD = struct.Struct(">qii")
+
+
+def served_head(base_offset: int, batch: bytes | memoryview) -> bytes:
+    """The first SERVED_HEAD bytes of a stored v2 batch as a fetch sends it, the rest
+    following as stored: the store's base offset, the batch's length, and leader epoch
+    -1, the epoch tmsgate reports everywhere (producers send 0 or -1; Kafka writes its
+    leader's). The CRC covers neither field."""
+    return _SERVED_HEAD.pack(base_offset, len(batch) - LOG_OVERHEAD, NO_LEADER_EPOCH)
+
+
 def batch_base_offset(raw: bytes | memoryview) -> int:
     return _I64.unpack_from(raw, 0)[0]
 

@@ -20,7 +20,7 @@ def produced(n: int, compression: int = 0, base: int = 0) -> bytes:
 
 
 def whole(chunks: list) -> list[bytes]:
-    """The cache hands out two chunks per batch: the new base offset and the rest."""
+    """The cache hands out two chunks per batch: the new head and the rest."""
     return [bytes(chunks[i]) + bytes(chunks[i + 1]) for i in range(0, len(chunks), 2)]
 
 
@@ -104,3 +104,17 @@ def test_a_batch_after_other_chunks_never_starts_before_the_offset() -> None:
     # opening a response, the batch holding the offset still comes whole (as Kafka's)
     got, nxt = cache.read(b"t1", 1, 5, 1 << 20, True, first_whole=True)
     assert offsets(got) == [0, 1, 2, 3, 4] and nxt == 5
+
+
+def test_a_cached_batch_is_served_with_leader_epoch_minus_one() -> None:
+    """Producers send epoch 0 (librdkafka, kafka-python) or -1 (Java); a fetch gets -1,
+    the epoch tmsgate reports everywhere, and the rest as sent (the CRC still holds)."""
+    raw = produced(2)
+    raw = raw[:12] + struct.pack(">i", 0) + raw[16:]
+    cache = BatchCache(1 << 20)
+    cache.put(b"t1", 7, 2, raw)
+    got, _ = cache.read(b"t1", 7, 9, 1 << 20, True)
+    [served] = whole(got)
+    assert struct.unpack_from(">qii", served) == (7, len(raw) - 12, -1)
+    assert served[16:] == raw[16:]
+    assert [r.offset for r in decode_batch(served).records] == [7, 8]

@@ -18,23 +18,24 @@ anyway, and many tiny entries would only make Python's garbage collector walk lo
 from __future__ import annotations
 
 import bisect
-import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-_BASE_OFFSET = struct.Struct(">q")
+from tmsgate.protocol import SERVED_HEAD, served_head
+
 MIN_BYTES = 16 << 10
 MAX_ENTRIES = 16_384
 ZSTD = 4
 _COMPRESSION_MASK = 0x07
 _ATTRIBUTES_AT = 21  # v2 header: base offset 8, length 4, epoch 4, magic 1, crc 4
+_CODEC_AT = _ATTRIBUTES_AT + 1 - SERVED_HEAD  # in a kept body: the attributes' low byte
 
 
 @dataclass(slots=True)
 class _TopicBatches:
     bases: list[int] = field(default_factory=list)  # ascending
-    # base -> (last offset, the new first 8 bytes, the rest of the batch as received)
+    # base -> (last offset, the new first bytes (protocol.served_head), the rest as received)
     batches: dict[int, tuple[int, bytes, memoryview]] = field(default_factory=dict)
 
 
@@ -51,10 +52,11 @@ class BatchCache:
         """Keep a produced batch now that its records start at ``base_offset``.
 
         ``raw`` must be immutable (a view of a received request): it is kept, not copied,
-        and only its base offset is replaced, at read time, by the stored 8 bytes."""
+        and only its base offset and leader epoch are replaced, at read time, by the stored
+        head (protocol.served_head)."""
         if self.max_bytes <= 0 or not MIN_BYTES <= len(raw) <= self.max_bytes:
             return
-        head, body = _BASE_OFFSET.pack(base_offset), memoryview(raw)[8:]
+        head, body = served_head(base_offset, raw), memoryview(raw)[SERVED_HEAD:]
         size = len(raw)
         with self._lock:
             tb = self._topics.setdefault(topic_id, _TopicBatches())
@@ -103,12 +105,15 @@ class BatchCache:
                     # (clients drop records below the offset they asked for); a batch
                     # after others would send offsets twice, going backwards.
                     break
-                if not zstd_ok and body[_ATTRIBUTES_AT - 8 + 1] & _COMPRESSION_MASK == ZSTD:
+                if (
+                    not zstd_ok
+                    and body[_ATTRIBUTES_AT - SERVED_HEAD + 1] & _COMPRESSION_MASK == ZSTD
+                ):
                     break
-                if (out or not first_whole) and size + 8 + len(body) > max_bytes:
+                if (out or not first_whole) and size + SERVED_HEAD + len(body) > max_bytes:
                     break
                 out += (head, body)
-                size += 8 + len(body)
+                size += SERVED_HEAD + len(body)
                 offset = last + 1
                 i += 1
             if out:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tmsgate.protocol import (
+    SERVED_HEAD,
     TX_HEADER,
     InvalidRecords,
     MalformedMeta,
@@ -22,13 +23,13 @@ from tmsgate.protocol import (
     decode_meta,
     encode_meta,
     pack_timestamp_meta,
+    served_head,
     skip_batch,
 )
 from tmsgate.storage import Entry, MessageRow, StoredBatch
 
 log = logging.getLogger("tmsgate.kafka.records")
 _WP = struct.Struct(">q")
-_BASE_OFFSET = struct.Struct(">q")
 
 
 def write_pointer_of(value: bytes | None) -> int:
@@ -140,7 +141,7 @@ def encode_rows(
             if run:
                 chunks += encode_batches(run, log_append_time)
                 run = []
-            chunks += (_BASE_OFFSET.pack(row.base_offset), row.batch[8:])
+            chunks += (served_head(row.base_offset, row.batch), row.batch[SERVED_HEAD:])
             covered = row.base_offset + row.count
         else:
             run.append(row)  # type: ignore[arg-type]
