@@ -190,7 +190,7 @@ class StoredBatch(NamedTuple):
     key: bytes  # its MessageTable row's key
     base_offset: int
     count: int
-    batch: memoryview  # as produced: its first 8 bytes are not this base offset
+    batch: memoryview  # as produced: base offset and leader epoch as the producer sent them
 
     @property
     def next_offset(self) -> int:

@@ -132,12 +132,14 @@ F_GAP = 64
 # too, so a backend with columns keeps the packed bytes in ``p``.
 F_PACKED = 128
 # A packed row with the meta column: its messages are one Kafka v2 record batch, kept as
-# the producer sent it (a plain Kafka produce, encode_kafka_batch_row). ``m`` holds the
-# batch's header (KAFKA_BATCH_HEADER bytes, base offset first) and ``p`` its records, so
-# the two columns, one after the other, are the batch. A Kafka fetch sends those bytes
-# with only the base offset replaced, as Kafka serves the batches it stored; any other
-# reader gets each record's (payload, meta) from protocol.batch_messages: what Produce
-# stores per record otherwise. (The flags byte has no bit left for a kind of its own.)
+# the producer sent it (encode_kafka_batch_row: a plain Kafka produce in the MessageTable,
+# a transactional one in the PayloadTable). ``m`` holds the batch's header
+# (KAFKA_BATCH_HEADER bytes, base offset first) and ``p`` its records, so the two
+# columns, one after the other, are the batch. A Kafka fetch sends a MessageTable row's
+# bytes with only the base offset and leader epoch replaced (protocol.served_head), as
+# Kafka serves the batches it stored; any other reader gets each record's (payload, meta)
+# from protocol.batch_messages: what Produce stores per record otherwise. (The flags
+# byte has no bit left for a kind of its own.)
 F_KAFKA_BATCH = F_PACKED | F_META | F_PAYLOAD
 KAFKA_BATCH_HEADER = 61
 
@@ -251,7 +253,8 @@ def _packed_row(n: int, parts: list[bytes], base: int, numbered: bool) -> tuple[
 
 
 def encode_kafka_batch_row(base_offset: int, count: int, batch: bytes | memoryview) -> bytes:
-    """The MessageTable row of a Kafka v2 record batch of ``count`` records (F_KAFKA_BATCH)."""
+    """The row of a Kafka v2 record batch of ``count`` records (F_KAFKA_BATCH); in the
+    PayloadTable ``base_offset`` is 0, as in every row there (a reference numbers them)."""
     return ROW_HEAD_META.pack(F_KAFKA_BATCH, base_offset, count, KAFKA_BATCH_HEADER) + batch
 
 
