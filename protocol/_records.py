@@ -179,17 +179,11 @@ def iter_batch_messages(
     """batch_messages lazily, from record ``skip`` on: a reader that wants a few records
     of a large batch builds the meta of those only (the ones before are parsed, in C, and
     passed over), and stops decoding where it stops reading."""
-    try:
-        for i, rec in enumerate(DefaultRecordBatch(raw)):
-            if i < skip:
-                continue
-            key, ts, headers = rec.key, rec.timestamp, rec.headers
-            if key is None and not headers and ts >= 0:
-                yield rec.value, pack_timestamp_meta(ts), None
-            else:
-                yield rec.value, encode_meta(key, headers, ts), None
-    except Exception as exc:  # codec errors come in many types (zstd, lz4, gzip, ...)
-        raise CorruptRecords(f"stored batch does not decode: {type(exc).__name__}: {exc}") from exc
+    for key, value, headers, ts in itertools.islice(iter_batch_records(raw), skip, None):
+        if key is None and not headers and ts >= 0:
+            yield value, pack_timestamp_meta(ts), None
+        else:
+            yield value, encode_meta(key, headers, ts), None
 
 
 def iter_batch_records(

@@ -105,10 +105,7 @@ class BatchCache:
                     # (clients drop records below the offset they asked for); a batch
                     # after others would send offsets twice, going backwards.
                     break
-                if (
-                    not zstd_ok
-                    and body[_ATTRIBUTES_AT - SERVED_HEAD + 1] & _COMPRESSION_MASK == ZSTD
-                ):
+                if not zstd_ok and body[_CODEC_AT] & _COMPRESSION_MASK == ZSTD:
                     break
                 if (out or not first_whole) and size + SERVED_HEAD + len(body) > max_bytes:
                     break

@@ -39,6 +39,7 @@ from tmsgate.storage import (
 )
 
 from ...acls import Operation, ResourceType
+from ..batch_cache import ZSTD
 from ..context import CloseConnection, RequestContext
 from ..errors import FailureLog, error_code, error_of
 from ..producers import MAX_UNWRITTEN_TXN_BYTES, BatchRecord, check, describe
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from ..broker import Broker
 
 log = logging.getLogger("tmsgate.kafka.produce")
-ZSTD = 4  # a batch's compression type
 # Failed produces are logged once with their cause, then counted (a full disk refuses
 # every produce; each used to log a traceback).
 FAILURES = FailureLog("produce", log)
