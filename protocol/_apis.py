@@ -106,6 +106,7 @@ def api_name(api_key: int) -> str:
     return str(cls.name).removesuffix("Request")
 
 
+@lru_cache(maxsize=4096)  # per request; bounded: a client may send any key and version
 def is_flexible_request(api_key: int, api_version: int) -> bool:
     """Whether the request uses header v2 (compact strings, tagged fields)."""
     cls = request_class(api_key)

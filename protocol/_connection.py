@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from kafka.protocol.api_header import ResponseClassRegistry
@@ -112,23 +113,33 @@ def parse_header(frame: memoryview) -> tuple[int, int, int, str | None, int]:
     return api_key, api_version, correlation_id, client_id, pos
 
 
+@lru_cache(maxsize=4096)  # per request; bounded: a client may send any key and version
+def decodable_class(api_key: int, api_version: int) -> Any:
+    """The kafka-python request class that decodes this API at this version, or None."""
+    versions = decodable_versions(api_key)
+    if versions is None or not versions[0] <= api_version <= versions[1]:
+        return None
+    return request_class(api_key)
+
+
+@lru_cache(maxsize=4096)
+def _decoder(cls: Any, api_version: int) -> Any:
+    """What cls.decode does, keeping the end position: a string or bytes field longer
+    than the frame is cut short silently by the slice that reads it."""
+    flexible = cls.flexible_version_q(api_version)
+    return cls._struct.compiled_decode_from(
+        api_version, compact=flexible, tagged=flexible, data_class=cls
+    )
+
+
 def decode_request(frame: bytes | memoryview) -> Request:
     """Decode one frame (without its length prefix). Raises MalformedRequest."""
     view = memoryview(frame)
     api_key, api_version, correlation_id, client_id, pos = parse_header(view)
-    versions = decodable_versions(api_key)
     body = None
-    if versions is not None and versions[0] <= api_version <= versions[1]:
-        cls = request_class(api_key)
-        assert cls is not None
-        flexible = cls.flexible_version_q(api_version)
+    if (cls := decodable_class(api_key, api_version)) is not None:
         try:
-            # What cls.decode does, keeping the end position: a string or bytes field
-            # longer than the frame is cut short silently by the slice that reads it.
-            decode = cls._struct.compiled_decode_from(
-                api_version, compact=flexible, tagged=flexible, data_class=cls
-            )
-            body, end = decode(view, pos)
+            body, end = _decoder(cls, api_version)(view, pos)
         except Exception as exc:  # the generated decoders raise many types on bad input
             raise MalformedRequest(
                 f"{cls.name} v{api_version} (correlation id {correlation_id}) does not "

@@ -166,13 +166,17 @@ class RowAppender:
         self.tx_topics.setdefault(wp, set()).add(st.topic)
 
     def check_unreferenced(self, st: TopicState, wp: int) -> None:
-        if wp in st.published_refs or self._tables.metadata.is_published(st, wp):
-            st.published_refs.add(wp)
+        if self.is_referenced(st, wp):
             raise InvalidTransaction(f"payloads of write pointer {wp} were already published")
 
     def is_referenced(self, st: TopicState, wp: int) -> bool:
         if wp in st.published_refs:
             return True
+        if wp > st.known_wp:
+            # Handed out since ``st`` was loaded: any reference of it was written through
+            # ``st`` (published_refs), so the backend need not be asked (a read on the
+            # writer's path in every commit).
+            return False
         if self._tables.metadata.is_published(st, wp):
             st.published_refs.add(wp)
             return True

@@ -34,6 +34,7 @@ from .notify import PublishNotifier
 from .producers import ProducerStates
 from .readahead import ReadAhead
 from .routes import RouteTable, default_routes
+from .store_futures import on_loop
 from .topics import TopicRegistry
 from .txn import TxnConfig, TxnCoordinator
 
@@ -182,7 +183,7 @@ class Broker:
     @staticmethod
     async def wait_future(fut: Future[T]) -> T:
         """Await a store future (publish_async) from the event loop."""
-        return await asyncio.wrap_future(fut)
+        return await on_loop(fut)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start listening for publishes (fetch long polls wake on them)."""

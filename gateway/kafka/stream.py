@@ -362,6 +362,16 @@ class FrameStream(asyncio.BufferedProtocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(parts)
 
+    @property
+    def write_paused(self) -> bool:
+        """The transport's buffer is above its high-water mark: drain() before writing."""
+        return self._write_paused
+
+    def check_open(self) -> None:
+        """Raise as drain() would if the connection is gone."""
+        if self._closed:
+            raise ConnectionResetError("connection lost")
+
     async def drain(self) -> None:
         if self._closed:
             raise ConnectionResetError("connection lost")

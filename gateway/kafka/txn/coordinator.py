@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Future
@@ -43,6 +44,7 @@ from tmsgate.storage.transactions import COMMITTED, INCOMPLETE
 
 from ..groups import GroupError
 from ..loading import loaded
+from ..store_futures import on_loop
 from .model import (
     TXN_AREA,
     CorruptTxnRecord,
@@ -81,6 +83,13 @@ class TxnError(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+@functools.lru_cache(maxsize=4096)
+def _row_name(transactional_id: str) -> str:
+    """The state row's name of a transactional id (quoted: any string may be an id);
+    cached, since every transaction writes its id's row once or twice."""
+    return quote(transactional_id, safe="")
 
 
 class _Undecided(Exception):
@@ -143,6 +152,8 @@ class TxnCoordinator:
         self._flush_handle: asyncio.TimerHandle | None = None
         self._next_idle_check = 0  # store time (ms) of the next look for idle ids
         self._ended = broker.metrics.transactions_ended
+        self._committed = self._ended.labels("committed")  # labels() costs, once a commit
+        self._topic_ids: dict[str, TopicId] = {}
         broker.metrics.transactions_open.set_function(self.open_count)
         # Tests stop a commit between two steps (kill -9 at every step): called with the
         # step's name once the step before it is durable.
@@ -241,7 +252,7 @@ class TxnCoordinator:
         return _Turn(transactional_id, self._lock(transactional_id))
 
     async def _persist(self, rec: TxnRecord) -> None:
-        await asyncio.wrap_future(self._queue_persist(rec))
+        await on_loop(self._queue_persist(rec))
 
     def _queue_persist(self, rec: TxnRecord) -> Future[object]:
         """Queue the record's durable write now (from the event loop, so the writes of one
@@ -277,7 +288,7 @@ class TxnCoordinator:
 
     @staticmethod
     def _record_row(rec: TxnRecord) -> dict[tuple[str, str], bytes | None]:
-        return {(TXN_AREA, quote(rec.transactional_id, safe="")): encode_record(rec)}
+        return {(TXN_AREA, _row_name(rec.transactional_id)): encode_record(rec)}
 
     async def _step(self, name: str) -> None:
         if self.before_step is not None:
@@ -387,9 +398,9 @@ class TxnCoordinator:
         try:
             # The writer resolves its futures in the order they were queued: once the
             # record's write is done, so is the start's (one await, one loop wake-up).
-            await asyncio.wrap_future(written)
+            await on_loop(written)
             if not started.done():  # not expected (see above); never block the loop on it
-                await asyncio.wrap_future(started)
+                await on_loop(started)
             failed = started.exception()
             if failed is not None:
                 raise failed
@@ -564,7 +575,7 @@ class TxnCoordinator:
                 # that a write landing in part is finished by the replay below.
                 topics = sorted(rec.topics)
                 try:
-                    referenced = await asyncio.wrap_future(
+                    referenced = await on_loop(
                         self.store.commit_sealed_async(
                             wp, [self._topic_id(t) for t in topics], self._record_row(rec)
                         )
@@ -580,7 +591,7 @@ class TxnCoordinator:
                 )
                 await self._step("commit")
                 try:
-                    await asyncio.wrap_future(self.store.transactions.commit_async(wp))
+                    await on_loop(self.store.transactions.commit_async(wp))
                 except TransactionNotInProgress as exc:
                     if exc.state != COMMITTED:  # committed: a replay after this step
                         raise
@@ -606,12 +617,12 @@ class TxnCoordinator:
                 exc,
             )
             raise TxnError(E.COORDINATOR_NOT_AVAILABLE, f"commit not finished: {exc}") from exc
-        self._ended.labels("committed").inc()
+        self._committed.inc()
         log.debug("committed %r wp=%d: %d records", rec.transactional_id, wp, records)
 
     async def _decide(self, wp: int) -> None:
         try:
-            await asyncio.wrap_future(self.store.decide_async(wp))
+            await on_loop(self.store.decide_async(wp))
         except TransactionNotInProgress as exc:
             raise _Undecided(exc) from exc
 
@@ -623,12 +634,17 @@ class TxnCoordinator:
 
     def _topic_id(self, topic: str) -> TopicId:
         """A TMS topic of rec.topics (a partition: ``name`` or ``name~p``)."""
-        return TopicId(self.broker.config.namespace, topic)
+        tid = self._topic_ids.get(topic)
+        if tid is None:  # TopicId validates its names: built once per topic
+            if len(self._topic_ids) >= 4096:
+                self._topic_ids.clear()
+            tid = self._topic_ids[topic] = TopicId(self.broker.config.namespace, topic)
+        return tid
 
     async def _reference(self, topic: str, wp: int) -> int:
         tid = self._topic_id(topic)
         try:
-            return await asyncio.wrap_future(self.store.publish_sealed_async(tid, wp))
+            return await on_loop(self.store.publish_sealed_async(tid, wp))
         except TopicNotFound:
             log.warning("transaction %d: topic %r was deleted before the commit", wp, topic)
             return 0
@@ -641,7 +657,7 @@ class TxnCoordinator:
         if wp:
             # Timed out in the transaction manager already: invalid either way.
             with contextlib.suppress(TransactionNotInProgress):
-                await asyncio.wrap_future(self.store.transactions.abort_async(wp))
+                await on_loop(self.store.transactions.abort_async(wp))
             for topic in topics:  # its records can never be read: free their space now
                 tid = self._topic_id(topic)
                 self.store.discard_payloads_async(tid, wp).add_done_callback(_discarded)
@@ -691,9 +707,7 @@ class TxnCoordinator:
                 if now - rec.updated_ms <= limit:
                     continue
                 self._unwritten.pop(tid, None)
-                await asyncio.wrap_future(
-                    self.store.put_states_async({(TXN_AREA, quote(tid, safe="")): None})
-                )
+                await on_loop(self.store.put_states_async({(TXN_AREA, _row_name(tid)): None}))
                 del self._by_id[tid]
                 if self._by_pid.get(rec.producer_id) is rec:
                     del self._by_pid[rec.producer_id]
