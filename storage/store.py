@@ -1031,6 +1031,16 @@ class Store:
     def put_states(self, updates: StateUpdates) -> None:
         self.put_states_async(updates).result()
 
+    def start_with_states_async(
+        self, timeout_s: float, states_of: Callable[[int], StateUpdates]
+    ) -> tuple[Transaction, Future[object]]:
+        """Start a transaction and write the state rows ``states_of(write pointer)``
+        returns in the same operation (a Kafka transaction's record, which names it) ->
+        the transaction at once, and the future of the write. The transaction may be used
+        only once the future resolved."""
+        self._check_open()
+        return self.transactions.start_queued(timeout_s, lambda wp: _state_mutations(states_of(wp)))
+
     def put_states_async(self, updates: StateUpdates) -> Future[object]:
         """Queue the updates for the next durable batch; the future resolves once they are
         on disk. Writes queued one after another from one thread reach the disk in that

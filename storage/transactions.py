@@ -134,14 +134,20 @@ class TransactionManager:
         tx, durable = self.start_queued(timeout_s)
         return _then(durable, lambda: tx)
 
-    def start_queued(self, timeout_s: float = 30.0) -> tuple[Transaction, Future[object]]:
+    def start_queued(
+        self,
+        timeout_s: float = 30.0,
+        rows_of: Callable[[int], list[Mutation]] | None = None,
+    ) -> tuple[Transaction, Future[object]]:
         """Start a transaction; -> it at once, and the future of its durable write. For a
-        caller that queues a write of its own in the same fsync (a Kafka transaction's
-        record); the transaction may be used only once the future resolved."""
+        caller that queues a write of its own in the same fsync, or (``rows_of``: rows
+        naming the new write pointer) in the same operation: a Kafka transaction's
+        record. The transaction may be used only once the future resolved."""
         with self._lock:
             now = self._clock()
             wp = max(self._last_wp + 1, now * TX_PER_MS)
             expiry = now + int(timeout_s * 1000)
+            extra = rows_of(wp) if rows_of is not None else []  # may raise: nothing changed
             tx = Transaction(
                 wp, self._last_wp, frozenset(self._in_progress), frozenset(self._invalid)
             )
@@ -150,7 +156,8 @@ class TransactionManager:
             # The last pointer before the transaction (``then``): were only the transaction
             # to land, a restart after its commit would hand its pointer out again.
             done = self._persist(
-                [(_LAST_WP, U64.pack(wp))], then=[(_IN_PROGRESS + U64.pack(wp), U64.pack(expiry))]
+                [(_LAST_WP, U64.pack(wp)), *extra],
+                then=[(_IN_PROGRESS + U64.pack(wp), U64.pack(expiry))],
             )
         return tx, done
 

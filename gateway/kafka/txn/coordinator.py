@@ -382,28 +382,25 @@ class TxnCoordinator:
         the producer. Were the answer to go first, a restart could lose both, and the
         producer's EndTxn would read as a retry of its previous commit (answered as
         committed, its records lost), or its next AddPartitionsToTxn would start afresh
-        without what it had already produced. The two are queued together (one fsync,
-        usually); the Produce requests and commit that follow queue behind them."""
+        without what it had already produced. The two are one operation of the store's
+        writer; the Produce requests and commit that follow queue behind it."""
         if rec.state is TxnState.ONGOING:
             return
-        manager = self.store.transactions
+        now = self.store.now_ms()
+
+        def record(wp: int) -> dict[tuple[str, str], bytes | None]:
+            rec.clear_transaction(TxnState.ONGOING, now)
+            rec.write_pointer, rec.started_ms = wp, now
+            self._unwritten.pop(rec.transactional_id, None)  # this write replaces that one
+            return self._record_row(rec)
+
         # A second more than Kafka's timeout: the coordinator's own expiry (which fences the
         # producer, as Kafka does) normally gets there first.
-        tx, started = manager.start_queued(rec.timeout_ms / 1000 + 1.0)
-        rec.clear_transaction(TxnState.ONGOING, self.store.now_ms())
-        wp = rec.write_pointer = tx.write_pointer
-        rec.started_ms = rec.updated_ms
+        tx, started = self.store.start_with_states_async(rec.timeout_ms / 1000 + 1.0, record)
+        wp = tx.write_pointer
         self._by_wp[wp] = rec
-        written = self._queue_persist(rec)
         try:
-            # The writer resolves its futures in the order they were queued: once the
-            # record's write is done, so is the start's (one await, one loop wake-up).
-            await on_loop(written)
-            if not started.done():  # not expected (see above); never block the loop on it
-                await on_loop(started)
-            failed = started.exception()
-            if failed is not None:
-                raise failed
+            await on_loop(started)
         except Exception as exc:
             # Not started after all: the next AddPartitionsToTxn starts afresh (a record
             # that landed without its transaction is aborted at the restart as a no-op).
