@@ -396,7 +396,12 @@ class TxnCoordinator:
 
         # A second more than Kafka's timeout: the coordinator's own expiry (which fences the
         # producer, as Kafka does) normally gets there first.
-        tx, started = self.store.start_with_states_async(rec.timeout_ms / 1000 + 1.0, record)
+        try:
+            tx, started = self.store.start_with_states_async(rec.timeout_ms / 1000 + 1.0, record)
+        except Exception:
+            if rec.state is TxnState.ONGOING:  # recorded as begun, but nothing was queued
+                rec.clear_transaction(TxnState.COMPLETE_ABORT, now)
+            raise
         wp = tx.write_pointer
         self._by_wp[wp] = rec
         try:
