@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 
 import kafka_requests as kr
+import pytest
 from gateway_harness import RawClient, gateway_thread
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
@@ -104,3 +105,33 @@ def test_a_half_closed_client_gets_every_answer(tmp_path: Path) -> None:
             assert client.receive(api_key, _version(api_key)).header.correlation_id == cid
         assert _rest(client) == b""  # then closed
         client.close()
+
+
+def test_an_answer_that_fails_to_encode_closes_only_its_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answers before it go out; the connection then closes (its client cannot be
+    told which answer is missing) and every other connection is served as before."""
+    from tmsgate.gateway.kafka import connection
+
+    real = connection.encode_response
+
+    def encode(correlation_id: int, response: object) -> object:
+        if correlation_id == 2:
+            raise ValueError("cannot encode this one")
+        return real(correlation_id, response)
+
+    monkeypatch.setattr(connection, "encode_response", encode)
+    with gateway_thread(tmp_path) as gw:
+        client = RawClient(gw.address)
+        client.send_raw(
+            _encoded(ApiVersionsRequest(), 0, 1)
+            + _encoded(ApiVersionsRequest(), 0, 2)
+            + _encoded(ApiVersionsRequest(), 0, 3)
+        )
+        assert client.receive(ApiKey.API_VERSIONS, 0).header.correlation_id == 1
+        assert _rest(client) == b""
+        client.close()
+        other = RawClient(gw.address)
+        assert other.request(ApiVersionsRequest(), 0).error_code == 0
+        other.close()

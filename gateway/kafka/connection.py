@@ -333,9 +333,8 @@ class ConnectionDriver:
                 if response is not None:
                     self.stream.write(encode_response(req.correlation_id, response))
                     self.stream.check_open()
-            except (ConnectionError, OSError) as exc:
-                log.info("connection %s: write failed: %s", self.peer, exc)
-                self._stop()
+            except Exception as exc:
+                self._write_failed(req, exc)
                 return
             if not self._answered(req, response, False):
                 self._stop()
@@ -378,10 +377,9 @@ class ConnectionDriver:
                 await self.stream.drain()
                 self.stream.write(parts)
                 await self.stream.drain()
-        except (ConnectionError, OSError) as exc:
-            log.info("connection %s: write failed: %s", self.peer, exc)
+        except Exception as exc:
             self._answering = None
-            self._stop()
+            self._write_failed(req, exc)
             return
         going_on = self._answered(req, response, long_answer)
         self._answering = None
@@ -389,6 +387,24 @@ class ConnectionDriver:
             self._pump()
         else:
             self._stop()
+
+    def _write_failed(self, req: Request, exc: Exception) -> None:
+        """An answer could not be encoded or written: the connection closes (the client
+        cannot be told which answer is missing)."""
+        if isinstance(exc, (ConnectionError, OSError)):
+            log.info("connection %s: write failed: %s", self.peer, exc)
+        else:
+            self.broker.metrics.request_errors.labels(api_name(req.api_key)).inc()
+            log.error(
+                "closing connection %s: the answer to %s v%d (correlation id %d) failed: %s",
+                self.peer,
+                api_name(req.api_key),
+                req.api_version,
+                req.correlation_id,
+                exc,
+                exc_info=exc,
+            )
+        self._stop()
 
     def _answered(self, req: Request, response: Any, long_answer: bool) -> bool:
         """Book one answer as written; False when the connection must close."""
