@@ -57,12 +57,15 @@ def _rest(client: RawClient) -> bytes:
     return rest
 
 
+def _topic_and_pipeline(client: RawClient, topic: str, count: int) -> tuple[bytes, list[int]]:
+    assert client.request(kr.create_topic(topic), 3).topics[0].error_code == 0
+    return _pipeline(topic, count)
+
+
 def test_pipelined_requests_past_max_in_flight_are_answered_in_order(tmp_path: Path) -> None:
     with gateway_thread(tmp_path, max_in_flight_per_connection=2) as gw:
         client = RawClient(gw.address)
-        topic = "pipelined"
-        assert client.request(kr.create_topic(topic), 3).topics[0].error_code == 0
-        data, keys = _pipeline(topic, 60)
+        data, keys = _topic_and_pipeline(client, "pipelined", 60)
         client.send_raw(data)  # all at once: 30 times the connection's limit
         offsets = []
         for cid, api_key in enumerate(keys, start=1):
@@ -79,9 +82,7 @@ def test_pipelined_requests_past_max_in_flight_are_answered_in_order(tmp_path: P
 def test_what_came_before_a_malformed_frame_is_answered_first(tmp_path: Path) -> None:
     with gateway_thread(tmp_path) as gw:
         client = RawClient(gw.address)
-        topic = "before-bad"
-        assert client.request(kr.create_topic(topic), 3).topics[0].error_code == 0
-        data, keys = _pipeline(topic, 9)
+        data, keys = _topic_and_pipeline(client, "before-bad", 9)
         # A Produce v8 header and no body: cut short, so the connection closes.
         bad = (
             (12).to_bytes(4, "big") + ApiKey.PRODUCE.to_bytes(2, "big") + b"\x00\x08" + b"\xff" * 8
@@ -96,9 +97,7 @@ def test_what_came_before_a_malformed_frame_is_answered_first(tmp_path: Path) ->
 def test_a_half_closed_client_gets_every_answer(tmp_path: Path) -> None:
     with gateway_thread(tmp_path, max_in_flight_per_connection=3) as gw:
         client = RawClient(gw.address)
-        topic = "half-closed"
-        assert client.request(kr.create_topic(topic), 3).topics[0].error_code == 0
-        data, keys = _pipeline(topic, 30)
+        data, keys = _topic_and_pipeline(client, "half-closed", 30)
         client.send_raw(data)
         client.sock.shutdown(socket.SHUT_WR)  # no more requests: the answers still come
         for cid, api_key in enumerate(keys, start=1):

@@ -352,17 +352,21 @@ class ConnectionDriver:
         if isinstance(exc, CloseConnection):
             log.info("closing connection %s: %s", self.peer, exc)
         else:
-            self.broker.metrics.request_errors.labels(api_name(req.api_key)).inc()
-            log.error(
-                "closing connection %s: %s v%d (correlation id %d) failed: %s",
-                self.peer,
-                api_name(req.api_key),
-                req.api_version,
-                req.correlation_id,
-                exc,
-                exc_info=exc,
-            )
+            self._log_failure(req, "", exc)
         return _CLOSE
+
+    def _log_failure(self, req: Request, what: str, exc: BaseException) -> None:
+        self.broker.metrics.request_errors.labels(api_name(req.api_key)).inc()
+        log.error(
+            "closing connection %s: %s%s v%d (correlation id %d) failed: %s",
+            self.peer,
+            what,
+            api_name(req.api_key),
+            req.api_version,
+            req.correlation_id,
+            exc,
+            exc_info=exc,
+        )
 
     async def _answer_later(self, req: Request, response: Any) -> None:
         """Finish an answer that cannot be written at once: encoded off the loop, or
@@ -394,16 +398,7 @@ class ConnectionDriver:
         if isinstance(exc, (ConnectionError, OSError)):
             log.info("connection %s: write failed: %s", self.peer, exc)
         else:
-            self.broker.metrics.request_errors.labels(api_name(req.api_key)).inc()
-            log.error(
-                "closing connection %s: the answer to %s v%d (correlation id %d) failed: %s",
-                self.peer,
-                api_name(req.api_key),
-                req.api_version,
-                req.correlation_id,
-                exc,
-                exc_info=exc,
-            )
+            self._log_failure(req, "the answer to ", exc)
         self._stop()
 
     def _answered(self, req: Request, response: Any, long_answer: bool) -> bool:
