@@ -326,8 +326,10 @@ class ConnectionDriver:
             if response is _CLOSE:
                 self._stop()
                 return
-            if _long_answer(req, response) or self.stream.write_paused:
-                self._answering = asyncio.ensure_future(self._answer_later(req, response))
+            long_answer = _long_answer(req, response)
+            if long_answer or self.stream.write_paused:
+                later = self._answer_later(req, response, long_answer)
+                self._answering = asyncio.ensure_future(later)
                 return
             try:
                 if response is not None:
@@ -368,10 +370,9 @@ class ConnectionDriver:
             exc_info=exc,
         )
 
-    async def _answer_later(self, req: Request, response: Any) -> None:
-        """Finish an answer that cannot be written at once: encoded off the loop, or
-        after the socket drains. The line goes on from here."""
-        long_answer = _long_answer(req, response)
+    async def _answer_later(self, req: Request, response: Any, long_answer: bool) -> None:
+        """Finish an answer that cannot be written at once: encoded off the loop
+        (``long_answer``), or after the socket drains. The line goes on from here."""
         try:
             if response is not None:
                 if long_answer:

@@ -373,8 +373,7 @@ class FrameStream(asyncio.BufferedProtocol):
             raise ConnectionResetError("connection lost")
 
     async def drain(self) -> None:
-        if self._closed:
-            raise ConnectionResetError("connection lost")
+        self.check_open()
         if self._write_paused:
             waiter = asyncio.get_running_loop().create_future()
             self._drain_waiters.append(waiter)

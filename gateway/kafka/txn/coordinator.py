@@ -92,6 +92,13 @@ def _row_name(transactional_id: str) -> str:
     return quote(transactional_id, safe="")
 
 
+@functools.lru_cache(maxsize=4096)
+def _topic_id_of(namespace: str, topic: str) -> TopicId:
+    """TopicId validates its names: built once per topic, as every commit names its
+    topics again."""
+    return TopicId(namespace, topic)
+
+
 class _Undecided(Exception):
     """The commit could not be decided (timed out, or a store of its records failed):
     nothing of it was recorded, so it is aborted."""
@@ -153,7 +160,6 @@ class TxnCoordinator:
         self._next_idle_check = 0  # store time (ms) of the next look for idle ids
         self._ended = broker.metrics.transactions_ended
         self._committed = self._ended.labels("committed")  # labels() costs, once a commit
-        self._topic_ids: dict[str, TopicId] = {}
         broker.metrics.transactions_open.set_function(self.open_count)
         # Tests stop a commit between two steps (kill -9 at every step): called with the
         # step's name once the step before it is durable.
@@ -636,12 +642,7 @@ class TxnCoordinator:
 
     def _topic_id(self, topic: str) -> TopicId:
         """A TMS topic of rec.topics (a partition: ``name`` or ``name~p``)."""
-        tid = self._topic_ids.get(topic)
-        if tid is None:  # TopicId validates its names: built once per topic
-            if len(self._topic_ids) >= 4096:
-                self._topic_ids.clear()
-            tid = self._topic_ids[topic] = TopicId(self.broker.config.namespace, topic)
-        return tid
+        return _topic_id_of(self.broker.config.namespace, topic)
 
     async def _reference(self, topic: str, wp: int) -> int:
         tid = self._topic_id(topic)
