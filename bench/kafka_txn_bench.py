@@ -1,7 +1,8 @@
 """Kafka transactions benchmark: confluent-kafka transactional producers against a broker.
 
     .venv/bin/python bench/kafka_txn_bench.py [--bootstrap host:port] [--runs 3] [--quick]
-                                              [--producers 4]
+                                              [--producers 4] [--phases small,large,open,sweep]
+                                              [--sweep-producers 1,2,4,8] [--broker-pid PID]
 
 Without --bootstrap it starts its own `tmsgate serve` on a temporary LevelDB directory
 and a free port, and stops it at the end; with --bootstrap the same run measures any
@@ -42,6 +43,13 @@ transactional.id); each runs in its own thread (librdkafka releases the GIL).
               latency) and `slow_share` (share of samples at 50-110% of fetch.wait.max.ms,
               the signature of fetches that no publish woke) tell stalls from missed
               wakeups.
+
+  sweep       (only when named in --phases) small_txn once per producer count of
+              --sweep-producers, in each run: where the rate stops growing with more
+              producers is the broker's capacity for small transactions, as against the
+              latency one producer sees. With the broker's pid (the self-started gateway's,
+              or --broker-pid) it also reports the broker's CPU per transaction, all its
+              threads, from /proc/PID/stat.
 
 Durations: small_txn and each large_txn 10 s, open_txn 3 s baseline then 20 s of plain
 records at 200/s inside a 30 s hold (about 3.5-5 min for 3 runs on 2 cores); --quick:
@@ -253,8 +261,16 @@ class TxnWorker:
 
 
 def txn_phase(
-    bootstrap: str, name: str, producers: int, records: int, seconds: float, value: bytes
+    bootstrap: str,
+    name: str,
+    producers: int,
+    records: int,
+    seconds: float,
+    value: bytes,
+    pid: int | None = None,
 ) -> dict[str, object]:
+    """``pid``: the broker's process, to report its CPU per transaction (all threads) over
+    the timed part."""
     topic = create_topic(bootstrap, f"bench-{name.replace('_', '-')}")
     try:
         workers = [
@@ -270,6 +286,7 @@ def txn_phase(
         ]
         for t in threads:
             t.start()
+        cpu0 = cpu_seconds(pid)
         t0 = time.perf_counter_ns()
         deadline[0] = t0 + int(seconds * 1e9)
         start.set()
@@ -283,6 +300,7 @@ def txn_phase(
                 last, since = total, time.monotonic()
             elif time.monotonic() - since > STALL_S + OP_TIMEOUT_S:
                 raise RuntimeError(f"{name}: no commit for {STALL_S + OP_TIMEOUT_S:.0f} s")
+        cpu1 = cpu_seconds(pid)
         errors = [f"{w.txn_id}: {w.error}" for w in workers if w.error]
         derrs = [e for w in workers for e in w.delivery_errors]
         if errors or derrs:
@@ -297,7 +315,11 @@ def txn_phase(
             w.producer.flush(10)
         commit_ms = sorted(x / 1e6 for w in workers for x in w.commit_ns)
         verified = count_committed(bootstrap, topic, committed_records)
+        cpu = {}
+        if cpu0 is not None and cpu1 is not None and commits:
+            cpu["broker_cpu_ms_per_tx"] = round((cpu1 - cpu0) * 1000 / commits, 3)
         return {
+            **cpu,
             "producers": producers,
             "records_per_txn": records,
             "seconds": round(elapsed, 2),
@@ -556,7 +578,37 @@ def med(runs: list[dict[str, object]], key: str) -> float:
     return statistics.median(float(r[key]) for r in runs)
 
 
-def run_all(bootstrap: str, args: argparse.Namespace, plan: Plan) -> dict[str, object]:
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU of process ``pid`` so far (all threads), or None."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sweep_phase(
+    bootstrap: str, args: argparse.Namespace, plan: Plan, value: bytes, pid: int | None, label: str
+) -> dict[int, dict[str, object]]:
+    out: dict[int, dict[str, object]] = {}
+    for n in args.sweep_producers:
+        r = txn_phase(bootstrap, f"sweep_{n}", n, SMALL_RECORDS, plan.small_txn_seconds, value, pid)
+        out[n] = r
+        cpu = r.get("broker_cpu_ms_per_tx")
+        log(
+            f"{label} sweep      {n} producers x (begin/{SMALL_RECORDS} recs/commit): "
+            f"{r['tx_s']:>8,.1f} tx/s"
+            + (f", broker CPU {cpu:.3f} ms per transaction" if cpu is not None else "")
+            + f", verified {r['verified']}"
+        )
+    return out
+
+
+def run_all(
+    bootstrap: str, args: argparse.Namespace, plan: Plan, pid: int | None = None
+) -> dict[str, object]:
     value = os.urandom(VALUE_BYTES)
     k = args.producers
     phases: dict[str, list[dict[str, object]]] = collections.defaultdict(list)
@@ -581,6 +633,9 @@ def run_all(bootstrap: str, args: argparse.Namespace, plan: Plan) -> dict[str, o
                 f"{r['commit_p50_ms']:.2f} ms p99 {r['commit_p99_ms']:.2f} ms, "
                 f"verified {r['verified']}"
             )
+        if "sweep" in args.phases:
+            for n, r in sweep_phase(bootstrap, args, plan, value, pid, label).items():
+                phases[f"sweep_{n}"].append(r)
         if "open" not in args.phases:
             continue
         r = open_txn_run(bootstrap, plan)
@@ -614,6 +669,18 @@ def run_all(bootstrap: str, args: argparse.Namespace, plan: Plan) -> dict[str, o
         for name, rs in phases.items()
         if name.startswith("large_txn")
     }
+    if "sweep" in args.phases:
+        summary["sweep"] = {
+            n: {
+                "tx_s": round(med(phases[f"sweep_{n}"], "tx_s"), 1),
+                "runs_tx_s": [r["tx_s"] for r in phases[f"sweep_{n}"]],
+                "broker_cpu_ms_per_tx": [
+                    r.get("broker_cpu_ms_per_tx") for r in phases[f"sweep_{n}"]
+                ],
+                "all_verified": all(r["verified"] for r in phases[f"sweep_{n}"]),
+            }
+            for n in args.sweep_producers
+        }
     ot = phases["open_txn"]
     if ot:
         _summarize_open(summary, ot, plan)
@@ -671,6 +738,16 @@ def parse_args() -> argparse.Namespace:
         "--producers", type=int, default=4, help="K concurrent transactional producers (default 4)"
     )
     ap.add_argument(
+        "--sweep-producers",
+        default="1,2,4,8",
+        help="producer counts of the sweep phase, comma-separated (default 1,2,4,8)",
+    )
+    ap.add_argument(
+        "--broker-pid",
+        type=int,
+        help="pid of the broker at --bootstrap, for its CPU per transaction in the sweep",
+    )
+    ap.add_argument(
         "--keep-topics",
         action="store_true",
         help="do not delete each measurement's topic afterwards (default: delete)",
@@ -678,15 +755,22 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--phases",
         default="small,large,open",
-        help="which measurements, comma-separated: small, large, open (default: all). "
+        help="which measurements, comma-separated: small, large, open, sweep (default: "
+        "small, large and open). "
         "`--phases open` measures the open-transaction latency on a gateway that has not "
         "just written and deleted the large phases' topics (their clean-up and compaction "
         "run beside it otherwise)",
     )
     args = ap.parse_args()
     args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}
-    if not args.phases <= {"small", "large", "open"}:
-        ap.error("--phases takes small, large and open")
+    if not args.phases <= {"small", "large", "open", "sweep"}:
+        ap.error("--phases takes small, large, open and sweep")
+    try:
+        args.sweep_producers = [int(n) for n in args.sweep_producers.split(",") if n.strip()]
+    except ValueError:
+        ap.error("--sweep-producers takes whole numbers, comma-separated")
+    if not args.sweep_producers or min(args.sweep_producers) < 1:
+        ap.error("--sweep-producers needs producer counts >= 1")
     if args.runs is None:
         args.runs = 1 if args.quick else 3
     if args.runs < 1:
@@ -721,7 +805,8 @@ def main() -> None:
         bootstrap = args.bootstrap or stack.enter_context(own)
         summary["bootstrap"] = bootstrap
         summary["self_started_gateway"] = not args.bootstrap
-        summary.update(run_all(bootstrap, args, plan))
+        pid = args.broker_pid if args.bootstrap else gateway.get("pid")
+        summary.update(run_all(bootstrap, args, plan, pid))  # type: ignore[arg-type]
     if gateway:
         summary["gateway"] = gateway
     summary["client_warnings"] = {"by_logger": dict(counter.counts), "first": counter.samples}
