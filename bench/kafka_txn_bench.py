@@ -592,6 +592,7 @@ def cpu_seconds(pid: int | None) -> float | None:
 def sweep_phase(
     bootstrap: str, args: argparse.Namespace, plan: Plan, value: bytes, pid: int | None, label: str
 ) -> dict[int, dict[str, object]]:
+    """One small_txn measurement per producer count of --sweep-producers."""
     out: dict[int, dict[str, object]] = {}
     for n in args.sweep_producers:
         r = txn_phase(bootstrap, f"sweep_{n}", n, SMALL_RECORDS, plan.small_txn_seconds, value, pid)
