@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -39,7 +38,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from kafka_clients_bench import build_java, free_port, stop, wait_for_port  # noqa: E402
+from kafka_clients_bench import (  # noqa: E402
+    build_java,
+    free_port,
+    proc_cpu_seconds,
+    stop,
+    wait_for_port,
+)
 from spark_bench import consume, fill, java_ranges, log, serve_command  # noqa: E402
 
 
@@ -53,12 +58,6 @@ def gateway(store_dir: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         yield f"127.0.0.1:{port}", proc
     finally:
         stop(proc)
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def in_process(store_dir: str, topic: str, rows: int) -> dict[str, float]:
@@ -131,10 +130,11 @@ def main() -> None:
             log(f"run {run + 1} of {args.runs}")
             for name, read in readers:
                 with gateway(store_dir) as (bootstrap, proc):  # restarted: the cache is empty
-                    cpu0 = cpu_seconds(proc.pid)
+                    cpu0 = proc_cpu_seconds(proc.pid)
                     sample(f"{name}_rows_per_s", read(bootstrap))  # type: ignore[operator]
                     sample(
-                        f"{name}_gateway_cpu_us", (cpu_seconds(proc.pid) - cpu0) / args.rows * 1e6
+                        f"{name}_gateway_cpu_us",
+                        (proc_cpu_seconds(proc.pid) - cpu0) / args.rows * 1e6,
                     )
                 if kafka_topic and name.startswith("java"):
                     ranges = int(name.rsplit("_", 1)[1])

@@ -225,6 +225,13 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(10)
 
 
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # stat(5) 14, 15
+
+
 def dir_bytes(path: Path) -> int:
     # Allocated blocks, not st_size: value-log segments are created sparse at full size.
     return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())

@@ -51,6 +51,7 @@ from kafka_clients_bench import (
     build_java,
     ck_common,
     log,
+    proc_cpu_seconds,
     self_started_gateway,
     setup_logging,
 )
@@ -62,7 +63,6 @@ STALL_S = 60.0  # no delivery progress for this long is a failure, not a slow re
 # answered in 0.1-1.4 s by the gateway at that topic count) with no delivery for up to a
 # minute: slow, not stuck, and outside the timing.
 WARMUP_STALL_S = 240.0
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def default_messages(topics: int) -> int:
@@ -74,13 +74,6 @@ def default_messages(topics: int) -> int:
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) "
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
 
 
 def self_cpu_seconds() -> float:

@@ -85,7 +85,14 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 # The gateway, logging and percentile helpers of the clients benchmark (this folder).
-from kafka_clients_bench import ck_common, log, percentile, self_started_gateway, setup_logging
+from kafka_clients_bench import (
+    ck_common,
+    log,
+    percentile,
+    proc_cpu_seconds,
+    self_started_gateway,
+    setup_logging,
+)
 
 VENV_BIN = Path(sys.executable).parent
 VALUE_BYTES = 1024
@@ -286,7 +293,7 @@ def txn_phase(
         ]
         for t in threads:
             t.start()
-        cpu0 = cpu_seconds(pid)
+        cpu0 = proc_cpu_seconds(pid) if pid else 0.0
         t0 = time.perf_counter_ns()
         deadline[0] = t0 + int(seconds * 1e9)
         start.set()
@@ -300,7 +307,7 @@ def txn_phase(
                 last, since = total, time.monotonic()
             elif time.monotonic() - since > STALL_S + OP_TIMEOUT_S:
                 raise RuntimeError(f"{name}: no commit for {STALL_S + OP_TIMEOUT_S:.0f} s")
-        cpu1 = cpu_seconds(pid)
+        cpu1 = proc_cpu_seconds(pid) if pid else 0.0
         errors = [f"{w.txn_id}: {w.error}" for w in workers if w.error]
         derrs = [e for w in workers for e in w.delivery_errors]
         if errors or derrs:
@@ -316,7 +323,7 @@ def txn_phase(
         commit_ms = sorted(x / 1e6 for w in workers for x in w.commit_ns)
         verified = count_committed(bootstrap, topic, committed_records)
         cpu = {}
-        if cpu0 is not None and cpu1 is not None and commits:
+        if pid and commits:
             cpu["broker_cpu_ms_per_tx"] = round((cpu1 - cpu0) * 1000 / commits, 3)
         return {
             **cpu,
@@ -576,17 +583,6 @@ def _open_txn_run(bootstrap: str, topic: str, plan: Plan) -> dict[str, object]:
 
 def med(runs: list[dict[str, object]], key: str) -> float:
     return statistics.median(float(r[key]) for r in runs)
-
-
-def cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU of process ``pid`` so far (all threads), or None."""
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sweep_phase(

@@ -139,10 +139,9 @@ class TransactionManager:
         timeout_s: float = 30.0,
         rows_of: Callable[[int], list[Mutation]] | None = None,
     ) -> tuple[Transaction, Future[object]]:
-        """Start a transaction; -> it at once, and the future of its durable write. For a
-        caller that queues a write of its own in the same fsync, or (``rows_of``: rows
-        naming the new write pointer) in the same operation: a Kafka transaction's
-        record. The transaction may be used only once the future resolved."""
+        """Start a transaction; -> it at once, and the future of its durable write, which
+        carries ``rows_of(write pointer)``'s rows too (a Kafka transaction's record, which
+        names it). The transaction may be used only once the future resolved."""
         with self._lock:
             now = self._clock()
             wp = max(self._last_wp + 1, now * TX_PER_MS)
