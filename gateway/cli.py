@@ -248,6 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=float(_env("TMSGATE_JANITOR_INTERVAL_S", "60") or 0),
         help="how often expired and deleted data is removed from disk (0: never)",
     )
+    # Log compaction (storage/compaction.py, docs/compaction.md): the cleaner, and the
+    # broker-level defaults of Kafka's compaction topic configs.
+    for flag, env, default, help_ in _CLEANER_OPTIONS:
+        s.add_argument(
+            flag,
+            type=float if "ratio" in flag else int,
+            default=(float if "ratio" in flag else int)(_env(env, default) or 0),
+            help=f"{help_} (env {env})",
+        )
     s.add_argument(
         "--transaction-max-timeout-ms",
         type=int,
@@ -285,10 +294,92 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_CLEANER_OPTIONS = (
+    (
+        "--cleaner-buffer-mb",
+        "TMSGATE_CLEANER_BUFFER_MB",
+        "128",
+        "memory for the compaction cleaner's key map; a topic with more keys is cleaned in "
+        "several passes (Kafka's log.cleaner.dedupe.buffer.size)",
+    ),
+    (
+        "--cleaner-backoff-ms",
+        "TMSGATE_CLEANER_BACKOFF_MS",
+        "15000",
+        "pause between the cleaner's runs over the compacted topics (log.cleaner.backoff.ms)",
+    ),
+    (
+        "--log-cleaner-min-cleanable-ratio",
+        "TMSGATE_LOG_CLEANER_MIN_CLEANABLE_RATIO",
+        "0.5",
+        "default min.cleanable.dirty.ratio of compacted topics",
+    ),
+    (
+        "--log-cleaner-min-compaction-lag-ms",
+        "TMSGATE_LOG_CLEANER_MIN_COMPACTION_LAG_MS",
+        "0",
+        "default min.compaction.lag.ms",
+    ),
+    (
+        "--log-cleaner-max-compaction-lag-ms",
+        "TMSGATE_LOG_CLEANER_MAX_COMPACTION_LAG_MS",
+        "9223372036854775807",
+        "default max.compaction.lag.ms",
+    ),
+    (
+        "--log-cleaner-delete-retention-ms",
+        "TMSGATE_LOG_CLEANER_DELETE_RETENTION_MS",
+        "86400000",
+        "default delete.retention.ms: how long tombstones stay once cleaned",
+    ),
+    (
+        "--log-segment-ms",
+        "TMSGATE_LOG_SEGMENT_MS",
+        "604800000",
+        "default segment.ms: the newest rows published within it are the head, not cleaned",
+    ),
+    (
+        "--log-segment-bytes",
+        "TMSGATE_LOG_SEGMENT_BYTES",
+        "1073741824",
+        "default segment.bytes: the head is the newest rows under this many bytes",
+    ),
+)
+# serve option -> (CompactionSettings field, the topic config it is the default of)
+_CLEANER_FIELDS = {
+    "log_cleaner_min_cleanable_ratio": ("min_cleanable_dirty_ratio", "min.cleanable.dirty.ratio"),
+    "log_cleaner_min_compaction_lag_ms": ("min_compaction_lag_ms", "min.compaction.lag.ms"),
+    "log_cleaner_max_compaction_lag_ms": ("max_compaction_lag_ms", "max.compaction.lag.ms"),
+    "log_cleaner_delete_retention_ms": ("delete_retention_ms", "delete.retention.ms"),
+    "log_segment_ms": ("segment_ms", "segment.ms"),
+    "log_segment_bytes": ("segment_bytes", "segment.bytes"),
+}
+
+
+def _compaction(args: argparse.Namespace) -> tuple[object, tuple[tuple[str, str], ...]]:
+    """The cleaner's settings, and the topic defaults that differ from Kafka's."""
+    from tmsgate.storage.compaction import CompactionSettings
+
+    base = CompactionSettings()
+    fields = {f: getattr(args, opt) for opt, (f, _) in _CLEANER_FIELDS.items()}
+    settings = CompactionSettings(
+        **fields,
+        buffer_bytes=max(1, args.cleaner_buffer_mb) << 20,
+        backoff_ms=max(100, args.cleaner_backoff_ms),
+    )
+    defaults = tuple(
+        (name, str(getattr(settings, f)))
+        for _, (f, name) in _CLEANER_FIELDS.items()
+        if getattr(settings, f) != getattr(base, f)
+    )
+    return settings, defaults
+
+
 def _config(args: argparse.Namespace) -> object:
     from tmsgate.gateway.kafka import GatewayConfig
 
     host, port = parse_address(args.kafka_listen, "--kafka-listen")
+    compaction, topic_defaults = _compaction(args)
     adv_host = adv_port = None
     if args.kafka_advertised:
         adv_host, adv_port = parse_address(args.kafka_advertised, "--kafka-advertised")
@@ -317,6 +408,8 @@ def _config(args: argparse.Namespace) -> object:
         super_users=_principals(args.super_users),
         allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found,
         node_id=args.node_id,
+        compaction=compaction,
+        topic_defaults=topic_defaults,
     )
 
 

@@ -243,6 +243,7 @@ async def serve(
             disk_reserve_bytes=kafka.disk_reserve_bytes,
             clock=config.clock,
             shared=config.cluster is not None,
+            compaction=kafka.compaction,
         ),
     )
     try:

@@ -6,8 +6,9 @@ event loop's work for a one-record produce. This writes the same bytes in ~3 us.
 schema (ProduceResponse.json, versions 3-13, flexible from 9) is followed field by
 field, and tests compare every version byte for byte with kafka-python's encoder.
 
-Only what a broker of one-partition topics sends is written: no record errors, and no
-CurrentLeader or NodeEndpoints (tagged fields a leader leaves out).
+Only what a broker of one-partition topics sends is written: record errors (KIP-467,
+v8+) when a batch was refused for some of its records, and no CurrentLeader or
+NodeEndpoints (tagged fields a leader leaves out).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class PartitionResult(NamedTuple):
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    # (batch index, message) of each record that made the batch fail (v8+)
+    record_errors: Sequence[tuple[int, str | None]] = ()
 
 
 class TopicResult(NamedTuple):
@@ -72,7 +75,11 @@ def encode_produce_response(version: int, correlation_id: int, result: ProduceRe
             if version >= 5:
                 parts.append(_I64.pack(p.log_start_offset))
             if version >= 8:
-                parts.append(length(0, flexible))  # record errors: none
+                parts.append(length(len(p.record_errors), flexible))
+                for index, message in p.record_errors:
+                    parts += (_I32.pack(index), string(message, flexible))
+                    if flexible:
+                        parts.append(EMPTY_TAGS)
                 parts.append(string(p.error_message, flexible))
             if flexible:
                 parts.append(EMPTY_TAGS)

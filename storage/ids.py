@@ -263,5 +263,18 @@ class TopicMetadata:
 
     @property
     def ttl_ms(self) -> int | None:
+        """The topic's TTL; none on a topic that is compacted and not also deleted
+        (``cleanup.policy`` = ``compact``: Kafka ignores retention.ms then)."""
         ttl = int(self.properties.get("ttl", "0") or 0)
-        return ttl * 1000 if ttl > 0 else None
+        if ttl <= 0:
+            return None
+        policy = self.properties.get("cleanup.policy")
+        if policy is not None and "delete" not in policy.split(","):
+            return None
+        return ttl * 1000
+
+    @property
+    def start_offset(self) -> int:
+        """The log start set by delete_records (Kafka's DeleteRecords): offsets below it
+        are gone, whatever the TTL."""
+        return int(self.properties.get("start_offset", "0") or 0)

@@ -58,9 +58,14 @@ class Housekeeping:
 
 
 class Janitor:
-    def __init__(self, house: Housekeeping, interval_s: float) -> None:
+    """The cleanup thread: a retention pass every ``interval_s``, and a run of the
+    compaction cleaner (``cleaner``) every ``cleaner.settings.backoff_ms``. One thread
+    for both, so the cleaner's rewrites never race the janitor's deletes."""
+
+    def __init__(self, house: Housekeeping, interval_s: float, cleaner: Any = None) -> None:
         self._house = house
         self._interval = interval_s
+        self._cleaner = cleaner
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tmsgate-janitor", daemon=True)
         self._thread.start()
@@ -72,11 +77,26 @@ class Janitor:
 
     def _run(self) -> None:
         last_error, logged_at = "", 0.0
-        while not self._stop.wait(self._interval_s()):
+        now = time.monotonic()
+        due = {"janitor": now + self._interval_s(), "cleaner": now}
+        while True:
+            wait = max(min(due.values()) - time.monotonic(), 0.0)
+            if self._stop.wait(wait):
+                return
             try:
-                stats = run_cleanup(self._house)
-                if any(stats.values()):
-                    log.info("janitor: %s", stats)
+                now = time.monotonic()
+                if self._cleaner is not None and now >= due["cleaner"]:
+                    due["cleaner"] = now + self._cleaner.settings.backoff_ms / 1000
+                    stats = self._cleaner.run()
+                    if any(stats.values()):
+                        log.info("cleaner: %s", stats)
+                if self._cleaner is None:
+                    due["cleaner"] = float("inf")
+                if now >= due["janitor"]:
+                    due["janitor"] = now + self._interval_s()
+                    stats = run_cleanup(self._house)
+                    if any(stats.values()):
+                        log.info("janitor: %s", stats)
                 last_error = ""
             except StorageError as exc:
                 # Typed (a full disk, LevelDB refusing writes): one line, and the same one
@@ -110,9 +130,50 @@ def _clean_topic(house: Housekeeping, md: TopicMetadata) -> int:
     deleted = _delete_keys(house, house.tables.old_generation_keys(md.topic, md.generation))
     if md.generation > 0:
         deleted += _forget_finished_tx_rows(house, md)
+        deleted += _truncate(house, md)
         if md.ttl_ms is not None:
             deleted += _expire(house, md)
     return deleted
+
+
+def _truncate(house: Housekeeping, md: TopicMetadata) -> int:
+    """Delete the rows wholly below the log start that delete_records set."""
+    st = house.topic_state(md.topic)
+    start = st.start_offset
+    if start <= 0 or st.metadata.generation != md.generation:
+        return 0
+    if start >= st.next_offset:  # every row goes: keep where offsets and time stand
+        _checkpoint(house, st)
+
+    def doomed() -> Iterator[bytes]:
+        for key, value in house.tables.messages.topic_rows(st):
+            _, base, count = keys.ROW_HEAD.unpack_from(value)
+            if base + count > start:
+                return
+            yield from _row_and_payloads(house, st, key, value)
+
+    return _delete_keys(house, doomed())
+
+
+def _checkpoint(house: Housekeeping, st: TopicState) -> None:
+    checkpoint = {
+        "generation": st.metadata.generation,
+        "next_offset": st.next_offset,
+        "last_ts": st.last_ts,
+        "last_seq": st.last_seq,
+    }
+    house.write([(keys.checkpoint_key(st.topic), json.dumps(checkpoint).encode())]).result()
+
+
+def _row_and_payloads(
+    house: Housekeeping, st: TopicState, key: bytes, value: bytes
+) -> Iterator[bytes]:
+    """A MessageTable row's key, after the PayloadTable rows it refers to."""
+    flags, _, _, wp, *_ = keys.decode_row(value)
+    if wp is not None and not flags & (keys.F_PAYLOAD | keys.F_NULL):
+        yield from house.tables.payloads.row_keys(st, abs(wp))
+        yield st.referenced_prefix + keys.U64.pack(abs(wp))
+    yield key
 
 
 def _forget_finished_tx_rows(house: Housekeeping, md: TopicMetadata) -> int:
@@ -140,21 +201,11 @@ def _expire(house: Housekeeping, md: TopicMetadata) -> int:
     stop = st.msg_prefix + keys.MESSAGE_SUFFIX.pack(cutoff, 0)
     if next(messages.topic_rows(st, stop), None) is None:
         # Every row is expiring: remember where offsets and time stand before they go.
-        checkpoint = {
-            "generation": md.generation,
-            "next_offset": st.next_offset,
-            "last_ts": st.last_ts,
-            "last_seq": st.last_seq,
-        }
-        house.write([(keys.checkpoint_key(md.topic), json.dumps(checkpoint).encode())]).result()
+        _checkpoint(house, st)
 
     def doomed() -> Iterator[bytes]:
         for key, value in messages.rows(st.msg_prefix, stop):
-            flags, _, _, wp, *_ = keys.decode_row(value)
-            if wp is not None and not flags & (keys.F_PAYLOAD | keys.F_NULL):
-                yield from payloads.row_keys(st, abs(wp))
-                yield st.referenced_prefix + keys.U64.pack(abs(wp))
-            yield key
+            yield from _row_and_payloads(house, st, key, value)
         # Payloads of invalid transactions that were never published are garbage once past
         # the TTL; published ones go with their MessageTable row above.
         for wp in house.transactions.invalid():

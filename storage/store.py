@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import logging
+import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from tmsgate.protocol import decode_meta
+
 from . import intents, keys, reader
 from .append import Item, RowAppender
 from .backend import Backend, Mutation, open_backend
+from .compaction import Cleaner, CompactionSettings, KeyOf
 from .errors import (
     InvalidTransaction,
     NotLeader,
@@ -72,6 +78,12 @@ _U64 = keys.U64
 _NO_PAYLOAD_ID = bytes(10)
 
 
+def _kafka_key(meta: bytes | None) -> bytes | None:
+    """A message's compaction key: the Kafka record key its meta carries (none for a
+    message published over HTTP)."""
+    return decode_meta(meta)[0]
+
+
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -92,6 +104,7 @@ def open_store(
     return Store(backend, **options)  # type: ignore[arg-type]
 
 
+_LOG_START = "log_start"  # state area: a topic's log start (delete_records)
 _RESUME_KEYS = 64  # per topic: one per consumer position worth remembering
 
 
@@ -103,6 +116,8 @@ class Store:
         clock: Callable[[], int] | None = None,
         janitor_interval_s: float | None = None,
         shared: bool = False,
+        compaction: CompactionSettings | None = None,
+        message_key: KeyOf | None = None,
     ) -> None:
         """``shared``: several gateways use this store (``tmsgate serve --cluster``), each
         writing only the topics it leads: writes wait for ``lead`` (a topic's writes are
@@ -145,8 +160,18 @@ class Store:
             clock=self._clock,
             writes_refused=lambda: self.writes_refused,
         )
+        # Log compaction (compaction.py): run by the janitor's thread, or by compact().
+        self._rewrite_listeners: list[TopicListener] = []
+        self.cleaner = Cleaner(
+            self._housekeeping,
+            compaction or CompactionSettings(),
+            message_key or _kafka_key,
+            self._rows_rewritten,
+        )
         self._janitor = (
-            Janitor(self._housekeeping, janitor_interval_s) if janitor_interval_s else None
+            Janitor(self._housekeeping, janitor_interval_s, self.cleaner)
+            if janitor_interval_s
+            else None
         )
 
     def now_ms(self) -> int:
@@ -881,6 +906,8 @@ class Store:
             scan = reader.start_for_time(st, start, inclusive)
         else:
             scan = reader.ScanStart(st.msg_prefix)
+        if offset is None and st.start_offset > scan.skip_below_offset:
+            scan.skip_below_offset = st.start_offset  # below the log start: deleted
         res = reader.read(
             self._backend,
             st,
@@ -933,9 +960,33 @@ class Store:
         nxt = st.visible_offset
         return self._earliest(st, self._clock(), nxt), nxt
 
+    def delete_records(self, topic: TopicId, offset: int) -> int:
+        """Kafka's DeleteRecords: move the log start up to ``offset`` (-1: the next
+        offset), durably; offsets below it read as out of range from now on, and the
+        janitor deletes their rows. Never moves back. -> the new earliest offset.
+        OffsetOutOfRange past the next offset."""
+        self._check_open()
+        st = self._leading(topic)
+        nxt = st.visible_offset
+        earliest = self._earliest(st, self._clock(), nxt)
+        if offset < 0:
+            offset = nxt
+        if offset > nxt:
+            raise OffsetOutOfRange(offset, earliest, nxt)
+        if offset > st.start_offset:
+            doc = {"generation": st.metadata.generation, "offset": offset}
+            self.put_states({(_LOG_START, str(topic)): json.dumps(doc).encode()})
+            st.start_offset = max(st.start_offset, offset)
+            st.resume_keys.clear()
+        return max(earliest, min(st.start_offset, nxt))
+
     def _earliest(self, st: TopicState, now: int, nxt: int) -> int:
         """The earliest readable offset, never above ``nxt`` (the caller's view of the
         visible end: the writer may move it on meanwhile, and the pair must agree)."""
+        return max(self._first_offset(st, now, nxt), min(st.start_offset, nxt))
+
+    def _first_offset(self, st: TopicState, now: int, nxt: int) -> int:
+        """The first row's offset at or above the TTL's log start."""
         # The first row at or above the log start (the retention floor in whole steps,
         # see reader.log_start_ms) stays the first while the floor has not passed it:
         # rows are only appended above it, and the janitor deletes only rows below the
@@ -1063,6 +1114,27 @@ class Store:
         self._check_open()
         return run_cleanup(self._housekeeping)
 
+    def compact(self) -> dict[str, int]:
+        """One run of the compaction cleaner over every compacted topic (compaction.py);
+        the janitor's thread runs it every CompactionSettings.backoff_ms."""
+        self._check_open()
+        return self.cleaner.run()
+
+    def add_rewrite_listener(self, listener: TopicListener) -> None:
+        """``listener(metadata)`` after the cleaner rewrote rows of a topic: what was read
+        of it before (a cache of fetched batches) may hold messages it removed."""
+        self._rewrite_listeners.append(listener)
+
+    def remove_rewrite_listener(self, listener: TopicListener) -> None:
+        self._rewrite_listeners.remove(listener)
+
+    def _rows_rewritten(self, md: TopicMetadata) -> None:
+        for listener in list(self._rewrite_listeners):
+            try:
+                listener(md)
+            except Exception:
+                log.exception("rewrite listener failed")
+
     @property
     def writes_refused(self) -> bool:
         """True while the disk is full: publishes and stores raise DiskFull at once;
@@ -1075,6 +1147,23 @@ class Store:
         if self._space is None:
             return {"writes_refused": 0, "free_bytes": 0, "reserve_bytes": 0, "resume_bytes": 0}
         return self._space.stats()
+
+    def log_dir(self) -> tuple[str, int, int]:
+        """Where the store keeps its data, with the file system's total and usable bytes
+        (Kafka's DescribeLogDirs); an engine without a local directory (memory, HBase)
+        answers its URL scheme and -1, -1."""
+        path = getattr(self._backend, "path", None)
+        if not isinstance(path, str):
+            return type(self._backend).__name__, -1, -1
+        usage = shutil.disk_usage(path)
+        return os.path.abspath(path), usage.total, usage.free
+
+    def topic_bytes(self, topic: TopicId) -> int:
+        """The bytes of a topic's rows, PayloadTable rows of open transactions aside: a
+        scan of its MessageTable rows (what DescribeLogDirs reports as its size)."""
+        self._check_open()
+        st = self._state(topic)
+        return sum(len(v) for _, v in self.tables.messages.topic_rows(st))
 
     def pause_writes_before(self, hook: Callable[[list[Mutation]], None] | None) -> None:
         """Fault tests only: ``hook`` sees each durable write's mutations just before the
@@ -1174,6 +1263,7 @@ class Store:
                 md = self._require(topic)
                 known_wp = self.transactions.issued_high  # before any row is read
                 st = load_state(self.tables, md, self.transactions.is_in_progress)
+                st.start_offset = self._stored_start_offset(md)
                 # Several gateways: another one may have written any write pointer.
                 st.known_wp = known_wp if not self._shared else 2**64 - 1
                 if st.open_tx_rows:
@@ -1186,6 +1276,13 @@ class Store:
                     self._rows.tx_topics.setdefault(row.write_pointer, set()).add(topic)
                 self._states[topic] = st
             return st
+
+    def _stored_start_offset(self, md: TopicMetadata) -> int:
+        raw = self.tables.metadata.state(_LOG_START, str(md.topic))
+        if raw is None:
+            return 0
+        doc = json.loads(raw)
+        return int(doc["offset"]) if doc.get("generation") == md.generation else 0
 
     def _still_open(self, st: TopicState) -> list[OpenTxRow]:
         """The open transactional rows whose markers still hold the last stable offset:

@@ -103,6 +103,8 @@ class TopicState:
     # reads that ended at an offset may continue (offset -> scan start key). Both stay
     # true as rows are appended, since offsets grow with keys; see Store._earliest.
     first_row: tuple[bytes, bytes, int] | None = None  # (floor then, key, base offset)
+    # The log start delete_records set (Kafka's DeleteRecords): offsets below are gone.
+    start_offset: int = 0
     resume_keys: dict[int, bytes] = field(default_factory=dict)
 
     @property

@@ -31,6 +31,7 @@ partitions = st.builds(
     i64,
     i64,
     st.none() | st.text(max_size=300),  # long enough for a two-byte compact length
+    st.lists(st.tuples(i32, st.none() | st.text(max_size=200)), max_size=3),  # KIP-467
 )
 topics = st.builds(
     TopicResult,
@@ -52,7 +53,12 @@ def by_kafka_python(version: int, correlation_id: int, result: ProduceResult) ->
                     base_offset=p.base_offset,
                     log_append_time_ms=p.log_append_time_ms,
                     log_start_offset=p.log_start_offset,
-                    record_errors=[],
+                    record_errors=[
+                        _Partition.BatchIndexAndErrorMessage(
+                            batch_index=i, batch_index_error_message=m
+                        )
+                        for i, m in p.record_errors
+                    ],
                     error_message=p.error_message,
                 )
                 for p in t.partitions

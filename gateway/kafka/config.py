@@ -2,7 +2,10 @@
 
 Kafka topic configs live in the store's topic properties: ``retention.ms`` becomes the
 store's own ``ttl`` (seconds, rounded up) so the store expires messages itself; the
-others are kept verbatim under their Kafka names.
+others are kept verbatim under their Kafka names, where the store reads those it acts
+on (``cleanup.policy`` and the compaction configs: storage/compaction.py). Every config
+Kafka 4.1 defines is accepted (topic_config_defs.py); docs/compatibility.md says which
+are honoured.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from typing import TYPE_CHECKING
 from tmsgate.gateway.errors import InvalidConfig as InvalidConfig
 from tmsgate.gateway.errors import InvalidTopicName as InvalidTopicName
 from tmsgate.protocol import DEFAULT_MAX_FRAME_BYTES
+from tmsgate.storage.compaction import CompactionSettings
 
 from .stream import DEFAULT_QUEUED_MAX_REQUEST_BYTES
+from .topic_config_defs import KAFKA_TOPIC_CONFIGS, TYPE_IDS, check
 
 if TYPE_CHECKING:  # the groups package imports this module
     from .groups.config import GroupConfig
@@ -27,7 +32,10 @@ TIMESTAMP_TYPE = "message.timestamp.type"
 # Set while `tmsgate migrate` copies the topic in (docs/migration.md): its produces then
 # keep the source's offsets, and only the migration may produce.
 MIGRATION_SOURCE = "tmsgate.migration.source"
-TOPIC_CONFIGS = (RETENTION_MS, MAX_MESSAGE_BYTES, TIMESTAMP_TYPE, MIGRATION_SOURCE)
+CLEANUP_POLICY = "cleanup.policy"
+# Every topic config a client may set or describe: Kafka 4.1's, then tmsgate's own.
+TOPIC_CONFIGS = (*sorted(KAFKA_TOPIC_CONFIGS), MIGRATION_SOURCE)
+LIST_CONFIGS = frozenset(n for n, d in KAFKA_TOPIC_CONFIGS.items() if d.type == "LIST")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's default max.message.bytes
 _TTL = "ttl"
@@ -84,6 +92,11 @@ class GatewayConfig:
     allow_everyone_if_no_acl_found: bool = False
     cluster_id: str = "tmsgate"
     node_id: int = 0
+    # Broker-level defaults of topic configs (Kafka's log.cleaner.* and the like, set by
+    # `serve` options): (topic config name, value) pairs, reported as the broker's.
+    topic_defaults: tuple[tuple[str, str], ...] = ()
+    # The compaction cleaner's settings (storage/compaction.py); None: Kafka's defaults.
+    compaction: CompactionSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +108,24 @@ class TopicConfig:
     log_append_time: bool
     explicit: frozenset[str]  # which configs were set rather than defaulted
     migration_source: str | None = None
+    # The other Kafka configs: those set on the topic, then the broker's defaults.
+    settings: tuple[tuple[str, str], ...] = ()
+    broker_defaults: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def compacted(self) -> bool:
+        """cleanup.policy holds compact: records need a key (storage/compaction.py)."""
+        return "compact" in (self.value(CLEANUP_POLICY) or "").split(",")
+
+    def source(self, name: str) -> str:
+        """Where a config's value comes from: topic, broker or default."""
+        if name in self.explicit:
+            return "topic"
+        if any(n == name for n, _ in self.broker_defaults) or (
+            name == MAX_MESSAGE_BYTES and self.max_message_bytes != DEFAULT_MAX_MESSAGE_BYTES
+        ):
+            return "broker"
+        return "default"
 
     def value(self, name: str) -> str | None:
         if name == RETENTION_MS:
@@ -105,10 +136,21 @@ class TopicConfig:
             return TIMESTAMP_TYPES[self.log_append_time]
         if name == MIGRATION_SOURCE:
             return self.migration_source
-        raise InvalidConfig(f"unknown topic config {name!r}")
+        for source in (self.settings, self.broker_defaults):
+            for n, v in source:
+                if n == name:
+                    return v
+        defn = KAFKA_TOPIC_CONFIGS.get(name)
+        if defn is None:
+            raise InvalidConfig(f"Unknown topic config name: {name}")
+        return defn.default
 
 
-def topic_config(properties: dict[str, str], default_max_message_bytes: int) -> TopicConfig:
+def topic_config(
+    properties: dict[str, str],
+    default_max_message_bytes: int,
+    broker_defaults: tuple[tuple[str, str], ...] = (),
+) -> TopicConfig:
     explicit = set()
     retention = -1
     ttl = int(properties.get(_TTL, "0") or 0)
@@ -130,9 +172,38 @@ def topic_config(properties: dict[str, str], default_max_message_bytes: int) -> 
     source = properties.get(MIGRATION_SOURCE)
     if source is not None:
         explicit.add(MIGRATION_SOURCE)
-    return TopicConfig(
-        retention, max_bytes, ts_type == "LogAppendTime", frozenset(explicit), source
+    settings = tuple(
+        (n, v) for n, v in sorted(properties.items()) if n in KAFKA_TOPIC_CONFIGS and n not in _OWN
     )
+    explicit.update(n for n, _ in settings)
+    return TopicConfig(
+        retention,
+        max_bytes,
+        ts_type == "LogAppendTime",
+        frozenset(explicit),
+        source,
+        settings,
+        broker_defaults,
+    )
+
+
+# Kafka's ConfigEntry source codes (DescribeConfigs, CreateTopics), by TopicConfig.source.
+CONFIG_SOURCE = {"topic": 1, "broker": 4, "default": 5}
+
+
+def config_type(name: str) -> int:
+    """Kafka's ConfigEntry.ConfigType of a topic config (DescribeConfigs v3+)."""
+    defn = KAFKA_TOPIC_CONFIGS.get(name)
+    return TYPE_IDS[defn.type] if defn is not None else TYPE_IDS["STRING"]
+
+
+def config_doc(name: str) -> str | None:
+    defn = KAFKA_TOPIC_CONFIGS.get(name)
+    return defn.doc if defn is not None else None
+
+
+# Held in TopicConfig's own fields rather than in ``settings``.
+_OWN = frozenset((RETENTION_MS, MAX_MESSAGE_BYTES, TIMESTAMP_TYPE))
 
 
 def _ttl_seconds(retention_ms: int) -> int:
@@ -142,11 +213,17 @@ def _ttl_seconds(retention_ms: int) -> int:
 def validate(name: str, value: str | None) -> str | None:
     """Check one Kafka config value; returns its normalised form (None = reset to default)."""
     if name not in TOPIC_CONFIGS:
-        raise InvalidConfig(
-            f"config {name!r} is not supported; tmsgate topics support {', '.join(TOPIC_CONFIGS)}"
-        )
+        raise InvalidConfig(f"Unknown topic config name: {name}")
     if value is None:
         return None
+    defn = KAFKA_TOPIC_CONFIGS.get(name)
+    if defn is not None:
+        try:
+            value = check(defn, value)  # Kafka's parsing and validator, Kafka's wording
+        except ValueError as exc:
+            raise InvalidConfig(str(exc)) from None
+        if name not in _OWN:
+            return value
     value = value.strip()
     if name == MIGRATION_SOURCE:
         if not 0 < len(value) <= 1000:

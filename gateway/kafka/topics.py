@@ -97,9 +97,18 @@ class TopicRegistry:
         so Kafka clients see a deleted or reconfigured topic at once."""
         self._loop = loop
         self._broker.store.add_topic_listener(self._changed)
+        self._broker.store.add_rewrite_listener(self._rewritten)
 
     def detach(self) -> None:
         self._broker.store.remove_topic_listener(self._changed)
+        self._broker.store.remove_rewrite_listener(self._rewritten)
+
+    def _rewritten(self, md: TopicMetadata) -> None:
+        # The cleaner removed messages (storage/compaction.py): batches cached before
+        # still hold them. On the janitor's thread: the cache belongs to the loop.
+        if self._loop is not None:
+            uuid_ = md.topic_uuid
+            self._loop.call_soon_threadsafe(self._broker.batch_cache.drop_topic, uuid_)
 
     def _changed(self, md: TopicMetadata) -> None:
         # On the store's writer thread: the cache belongs to the event loop.
@@ -123,7 +132,8 @@ class TopicRegistry:
             raise InvalidTopicName(str(exc)) from None
 
     def _info(self, md: TopicMetadata) -> TopicInfo:
-        cfg = topic_config(md.properties, self._broker.config.default_max_message_bytes)
+        c = self._broker.config
+        cfg = topic_config(md.properties, c.default_max_message_bytes, c.topic_defaults)
         info = TopicInfo(
             md.topic.topic, md.topic, md, cfg, 0, partition_count(md.properties), md.topic_uuid
         )

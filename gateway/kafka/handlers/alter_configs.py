@@ -1,7 +1,8 @@
 """IncrementalAlterConfigs and the legacy AlterConfigs, for topic configs.
 
-Incremental: SET and DELETE per config (APPEND/SUBTRACT apply to list configs, and
-none of ours is a list). Legacy AlterConfigs replaces the whole set: configs not
+Incremental: SET and DELETE per config, APPEND and SUBTRACT on list configs
+(cleanup.policy, the throttled-replica lists) against the topic's current value, as
+Kafka's ConfigAdminManager does. Legacy AlterConfigs replaces the whole set: configs not
 named go back to their defaults, as in Kafka."""
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from kafka.protocol.admin import AlterConfigsResponse, IncrementalAlterConfigsRe
 from tmsgate.protocol import ApiKey, ErrorCode
 
 from ...acls import Operation, ResourceType
-from ..config import TOPIC_CONFIGS, InvalidConfig, apply_configs
+from ..config import LIST_CONFIGS, TOPIC_CONFIGS, InvalidConfig, apply_configs
 from ..context import RequestContext
 from ..errors import error_of
 from ..routes import Route
-from ..topics import InvalidTopicName
+from ..topics import InvalidTopicName, TopicInfo
 
 TOPIC = 2
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -31,7 +32,9 @@ _ITEM = {
 # type or configs awaits nothing.
 
 
-async def _changes_incremental(ctx: RequestContext, res: Any) -> dict[str, str | None]:
+async def _changes_incremental(
+    ctx: RequestContext, res: Any, current: TopicInfo | None
+) -> dict[str, str | None]:
     changes: dict[str, str | None] = {}
     async for c in ctx.broker.paced(res.configs):
         if c.config_operation == SET:
@@ -39,7 +42,20 @@ async def _changes_incremental(ctx: RequestContext, res: Any) -> dict[str, str |
         elif c.config_operation == DELETE:
             changes[c.name] = None
         elif c.config_operation in (APPEND, SUBTRACT):
-            raise InvalidConfig(f"{c.name} is not a list config: APPEND/SUBTRACT do not apply")
+            if c.name not in LIST_CONFIGS:
+                raise InvalidConfig(
+                    f"Config value append is not allowed for config key: {c.name}"
+                    if c.config_operation == APPEND
+                    else f"Config value subtract is not allowed for config key: {c.name}"
+                )
+            was = changes.get(c.name, current.config.value(c.name) if current else None)
+            items = [v for v in (was or "").split(",") if v]
+            given = [v.strip() for v in (c.value or "").split(",") if v.strip()]
+            if c.config_operation == APPEND:
+                items += [v for v in given if v not in items]
+            else:
+                items = [v for v in items if v not in given]
+            changes[c.name] = ",".join(items)
         else:
             raise InvalidConfig(f"unknown config operation {c.config_operation}")
     return changes
@@ -76,11 +92,11 @@ async def _alter(ctx: RequestContext, res: Any, incremental: bool, validate_only
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
     topics = ctx.broker.topics
     try:
+        info = await topics.get(res.resource_name)
         if incremental:
-            changes = await _changes_incremental(ctx, res)
+            changes = await _changes_incremental(ctx, res, info)
         else:
             changes = await _changes_replace(ctx, res)
-        info = await topics.get(res.resource_name)
         if info is None:
             return (
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,

@@ -2,7 +2,7 @@
 num_partitions -1 is the broker default (num.partitions). The store does the
 replicating, so replication_factor must be 1 (or -1); manual assignments may only name
 this broker. Anything else is refused with a message saying why. Configs are validated
-against what tmsgate supports."""
+against Kafka 4.1's topic configs (config.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kafka.protocol.admin import CreateTopicsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 from tmsgate.storage.ids import MAX_PARTITIONS
 
-from ..config import TOPIC_CONFIGS, InvalidConfig, apply_configs, topic_config
+from ..config import CONFIG_SOURCE, TOPIC_CONFIGS, InvalidConfig, apply_configs, topic_config
 from ..context import RequestContext
 from ..errors import error_of
 from ..routes import Route
@@ -21,8 +21,6 @@ from ..topics import InvalidTopicName
 
 _Result = CreateTopicsResponse.CreatableTopicResult
 _Config = _Result.CreatableTopicConfigs
-DEFAULT_CONFIG = 5
-DYNAMIC_TOPIC_CONFIG = 1
 
 
 class Refused(Exception):
@@ -87,14 +85,14 @@ async def validate(broker: Any, topic: Any) -> tuple[dict[str, str], int]:
         raise Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
-def _configs(props: dict[str, str], default_max: int) -> list[Any]:
-    cfg = topic_config(props, default_max)
+def _configs(props: dict[str, str], default_max: int, defaults: Any) -> list[Any]:
+    cfg = topic_config(props, default_max, defaults)
     return [
         _Config(
             name=name,
             value=cfg.value(name),
             read_only=False,
-            config_source=DYNAMIC_TOPIC_CONFIG if name in cfg.explicit else DEFAULT_CONFIG,
+            config_source=CONFIG_SOURCE[cfg.source(name)],
             is_sensitive=False,
         )
         for name in TOPIC_CONFIGS
@@ -129,7 +127,9 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
         error_message=None,
         num_partitions=partitions,
         replication_factor=1,
-        configs=_configs(props, broker.config.default_max_message_bytes),
+        configs=_configs(
+            props, broker.config.default_max_message_bytes, broker.config.topic_defaults
+        ),
         **kwargs,
     )
 

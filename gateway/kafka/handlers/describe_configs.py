@@ -1,5 +1,5 @@
-"""DescribeConfigs for topics (the three configs tmsgate honours) and for the broker
-(its listener settings, read-only)."""
+"""DescribeConfigs for topics (every Kafka 4.1 topic config, with where its value comes
+from) and for the broker (its listener settings and topic defaults, read-only)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,18 @@ from tmsgate.protocol import ApiKey, ErrorCode
 
 from ...acls import CLUSTER_NAME, Operation, ResourceType
 from ..config import (
+    CONFIG_SOURCE,
     MAX_MESSAGE_BYTES,
     MIGRATION_SOURCE,
     RETENTION_MS,
     TIMESTAMP_TYPE,
     TOPIC_CONFIGS,
+    config_doc,
+    config_type,
 )
 from ..context import RequestContext
 from ..routes import Route
+from ..topic_config_defs import KAFKA_TOPIC_CONFIGS
 from ..topics import InvalidTopicName
 
 _Result = DescribeConfigsResponse.DescribeConfigsResult
@@ -28,8 +32,6 @@ BROKER = 4
 DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
-# Kafka's ConfigEntry.ConfigType numbering
-_TYPES = {RETENTION_MS: 5, MAX_MESSAGE_BYTES: 3, TIMESTAMP_TYPE: 2, MIGRATION_SOURCE: 2}
 _DOCS = {
     RETENTION_MS: "How long messages are kept; -1 keeps them forever. Stored as the TMS "
     "topic's ttl in whole seconds (rounded up).",
@@ -87,10 +89,10 @@ async def _topic(ctx: RequestContext, req: Any, res: Any) -> Any:
             req,
             n,
             cfg.value(n),
-            DYNAMIC_TOPIC_CONFIG if n in cfg.explicit else DEFAULT_CONFIG,
+            CONFIG_SOURCE[cfg.source(n)],
             False,
-            _TYPES[n],
-            _DOCS[n],
+            config_type(n),
+            _DOCS.get(n) or config_doc(n),
         )
         async for n in ctx.broker.paced(names)
         if n in TOPIC_CONFIGS
@@ -112,7 +114,17 @@ def _broker_configs(ctx: RequestContext) -> dict[str, tuple[str, int]]:
         "num.partitions": (str(c.default_partitions), 3),
         "default.replication.factor": ("1", 4),
         "log.retention.ms": ("-1", 5),
+        **{
+            _synonym(name): (value, config_type(name))
+            for name, value in c.topic_defaults
+            if _synonym(name) is not None
+        },
     }
+
+
+def _synonym(topic_config: str) -> str:
+    defn = KAFKA_TOPIC_CONFIGS.get(topic_config)
+    return defn.synonym if defn is not None and defn.synonym else topic_config
 
 
 async def _broker(ctx: RequestContext, req: Any, res: Any) -> Any:

@@ -63,6 +63,27 @@ class Outcome:
     base_offset: int = -1
     log_append_time: int = -1
     message: str | None = None
+    record_errors: tuple[tuple[int, str | None], ...] = ()
+
+
+def _keyless(info: TopicInfo, batch: ProducedBatch) -> Outcome | None:
+    """A compacted topic refuses a batch holding records without a key, naming each
+    (KIP-467), as Kafka's LogValidator does; other partitions are unaffected."""
+    missing = [i for i, r in enumerate(batch.records) if r.key is None]
+    if not missing:
+        return None
+    why = (
+        "Compacted topic cannot accept message without key in topic partition "
+        f"{info.name}-{info.partition}."
+    )
+    errors = tuple((i, why) for i in missing)
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{why}')" for i in missing[:3])
+    return Outcome(
+        ErrorCode.INVALID_RECORD,
+        message=f"One or more records have been rejected due to {len(missing)} record errors "
+        f"in total, and only showing the first three errors at most: [{shown}]",
+        record_errors=errors,
+    )
 
 
 def _fail(code: ErrorCode, message: str) -> Outcome:
@@ -110,6 +131,10 @@ async def _prepare(
         batch: ProducedBatch = decode_batch(views[0])
     except ProtocolError as exc:
         return _fail(getattr(exc, "code", ErrorCode.CORRUPT_MESSAGE), str(exc))
+    if info.config.compacted:
+        refused = _keyless(info, batch)
+        if refused is not None:
+            return refused
     log_append = info.config.log_append_time
     # A batch that fits one row (_fits_a_row) is stored as sent, its records then needing
     # no entries (unless a header might be the transaction header, which to_entries
@@ -566,7 +591,13 @@ def _result(ctx: RequestContext, index: int, outcome: Any) -> PartitionResult:
     if done.error:
         ctx.broker.metrics.partition_errors.labels("Produce", done.error.name).inc()
     return PartitionResult(
-        index, done.error, done.base_offset, done.log_append_time, -1, done.message
+        index,
+        done.error,
+        done.base_offset,
+        done.log_append_time,
+        -1,
+        done.message,
+        done.record_errors,
     )
 
 

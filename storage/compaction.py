@@ -1,0 +1,505 @@
+"""Log compaction: Kafka's cleaner, over the MessageTable (docs/compaction.md).
+
+A topic whose ``cleanup.policy`` property holds ``compact`` keeps, for every message key,
+at least its latest message. The cleaner works as Kafka's does, on the rows below the
+head of the topic:
+
+1. **Survey** the dirty part (from the checkpoint's first dirty offset to the topic's
+   end): where the cleanable part ends. It ends at the first message newer than
+   ``min.compaction.lag.ms``, at the first transaction still in progress (or committed
+   within the last ``TX_SETTLE_MS``, so a reader's snapshot taken before its commit
+   never sees it change), and at the *head*: the newest rows, less than
+   ``segment.bytes`` of them and all published within ``segment.ms`` (Kafka's active
+   segment, which it never cleans). It also gives the dirty ratio: dirty bytes over all
+   bytes since the topic began; below ``min.cleanable.dirty.ratio`` nothing is cleaned
+   unless a dirty message is older than ``max.compaction.lag.ms``.
+2. **Map** the keys of the cleanable dirty part to their latest offset, in bounded
+   memory (``CompactionSettings.buffer_bytes``): when the map is full, the pass ends
+   there and the next pass takes the rest.
+3. **Rewrite** every row from the topic's start to that end whose messages lose one:
+   a message is removed when the map names a later offset for its key. Rows keep their
+   keys, first offsets and counts, so offsets and message ids never change: a row
+   whose messages all go becomes a gap row (``F_GAP``), one that keeps some becomes a
+   packed row whose removed messages are empty and already expired (TTL 0), which every
+   reader passes over. A Kafka batch kept as sent is rewritten the same way (its
+   survivors keep their offsets). A committed transaction's reference row is written
+   out as a packed row first (its PayloadTable rows deleted after), and an aborted
+   one's becomes a gap.
+4. **Tombstones** (a null payload) that are the latest for their key are removed once
+   ``delete.retention.ms`` has passed since a pass first cleaned them, in a second
+   phase, after every older message of their key is durably gone.
+5. The **checkpoint** (state area ``cleaner``) records the new first dirty offset, the
+   clean part's size and when each pass ended.
+
+Every write is one row, through the store's writer, and each phase's writes are
+durable before the next phase's begin: after kill -9 at any point, every key still has
+its latest message (a removal needs a later message of its key that the same phase
+keeps), a removed tombstone's older messages were gone first, and the pass simply runs
+again from the old checkpoint (its decisions are the same). Messages without a key (a
+message published over HTTP has none) are never removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from . import keys, reader
+from .backend import Mutation
+from .ids import TopicId, TopicMetadata
+from .topics import TopicState
+from .transactions import Visibility
+
+log = logging.getLogger(__name__)
+
+CLEANUP_POLICY = "cleanup.policy"
+AREA = "cleaner"
+MAX_LONG = (1 << 63) - 1
+# A transactional row is cleaned only this long after its commit: a reader that took its
+# snapshot before the commit still holds the row back, and must not see it change.
+TX_SETTLE_MS = 60_000
+# What one key of the map costs in memory (a dict entry, a 16-byte digest, an int).
+ENTRY_BYTES = 128
+WRITE_CHUNK = 500  # rows per writer batch
+PASSES_KEPT = 200  # pass end times remembered for tombstones (dropping one only delays)
+_PLACEHOLDER = keys.PACKED.pack(-1, -1, 0)  # a removed message: no meta or payload, TTL 0
+_HEAD = keys.ROW_HEAD
+
+Msg = tuple[bytes | None, bytes | None, int | None]  # payload, meta, ttl
+KeyOf = Callable[[bytes | None], bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionSettings:
+    """Kafka's compaction configs: the gateway's (broker) defaults, which a topic's own
+    properties of the same names override (``for_topic``)."""
+
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = MAX_LONG
+    delete_retention_ms: int = 86_400_000
+    segment_ms: int = 604_800_000
+    segment_bytes: int = 1 << 30
+    buffer_bytes: int = 128 << 20  # the key map's memory (log.cleaner.dedupe.buffer.size)
+    backoff_ms: int = 15_000  # between cleaner runs (log.cleaner.backoff.ms)
+
+    def for_topic(self, props: Mapping[str, str]) -> CompactionSettings:
+        changes: dict[str, Any] = {}
+        for attr, name, conv in _TOPIC_PROPERTIES:
+            raw = props.get(name)
+            if raw is not None:
+                try:
+                    changes[attr] = conv(raw)
+                except ValueError:
+                    log.warning("topic property %s=%r is not a number: ignored", name, raw)
+        return replace(self, **changes) if changes else self
+
+
+_TOPIC_PROPERTIES: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
+    ("min_cleanable_dirty_ratio", "min.cleanable.dirty.ratio", float),
+    ("min_compaction_lag_ms", "min.compaction.lag.ms", int),
+    ("max_compaction_lag_ms", "max.compaction.lag.ms", int),
+    ("delete_retention_ms", "delete.retention.ms", int),
+    ("segment_ms", "segment.ms", int),
+    ("segment_bytes", "segment.bytes", int),
+)
+
+
+def policies(props: Mapping[str, str]) -> set[str]:
+    raw = props.get(CLEANUP_POLICY, "delete")
+    return {p.strip() for p in raw.split(",") if p.strip()}
+
+
+def is_compacted(props: Mapping[str, str]) -> bool:
+    return "compact" in policies(props)
+
+
+@dataclass(slots=True)
+class TopicCleanerStats:
+    """What ``topics describe`` and the metrics show of one topic's cleaning."""
+
+    dirty_ratio: float = 0.0
+    lag_ms: int = 0  # age of the oldest dirty message (0: none)
+    bytes_reclaimed: int = 0  # since the gateway started
+    messages_removed: int = 0
+    passes: int = 0
+    last_pass_ms: int = 0  # when the last pass ended (store clock)
+    first_dirty_offset: int = 0
+
+
+@dataclass(slots=True)
+class _Checkpoint:
+    generation: int
+    dirty: int = 0  # first dirty offset
+    clean_bytes: int = 0
+    passes: list[list[int]] = field(default_factory=list)  # [end offset, time] per pass
+    due: int | None = None  # when the first kept tombstone may go (a pass then)
+
+    def first_cleaned_ms(self, offset: int) -> int | None:
+        for end, when in self.passes:
+            if offset < end:
+                return when
+        return None
+
+
+@dataclass(slots=True)
+class _Row:
+    key: bytes
+    value: bytes
+    base: int
+    count: int
+    ts: int
+    size: int
+    messages: list[Msg] | None  # None: nothing to clean in it (a gap)
+    wp: int | None = None  # a reference row's write pointer (its PayloadTable rows)
+    aborted: bool = False  # an aborted transaction's row: becomes a gap
+
+
+class Cleaner:
+    """Compacts the store's compacted topics; run by the janitor's thread, so it never
+    races the janitor's deletes. ``rewritten(topic)`` is told after rows changed (caches
+    of what was read before must go)."""
+
+    def __init__(
+        self,
+        house: Any,  # janitor.Housekeeping (imported there: no cycle)
+        settings: CompactionSettings,
+        key_of: KeyOf,
+        rewritten: Callable[[TopicMetadata], None] | None = None,
+    ) -> None:
+        self._house = house
+        self.settings = settings
+        self._key_of = key_of
+        self._rewritten = rewritten
+        self.stats: dict[TopicId, TopicCleanerStats] = {}
+
+    # --- one run over every compacted topic ------------------------------------------------
+    def run(self) -> dict[str, int]:
+        totals = {"compacted_topics": 0, "messages_removed": 0, "bytes_reclaimed": 0}
+        for md in self._house.all_topics():
+            if md.generation <= 0 or not is_compacted(md.properties):
+                continue
+            try:
+                removed, reclaimed = self.clean(md)
+            except Exception as exc:  # one topic's failure must not stop the others
+                if type(exc).__name__ == "TopicNotFound":
+                    continue
+                raise
+            if removed or reclaimed:
+                totals["compacted_topics"] += 1
+                totals["messages_removed"] += removed
+                totals["bytes_reclaimed"] += reclaimed
+        return totals
+
+    def clean(self, md: TopicMetadata) -> tuple[int, int]:
+        """Passes over one topic until its cleanable part is clean: (messages removed,
+        bytes reclaimed)."""
+        removed = reclaimed = 0
+        for _ in range(1000):  # each pass ends at the map's capacity or the cleanable end
+            r, b, more = self._pass(md)
+            removed, reclaimed = removed + r, reclaimed + b
+            if not more:
+                break
+        return removed, reclaimed
+
+    # --- one pass ------------------------------------------------------------------------
+    def _pass(self, md: TopicMetadata) -> tuple[int, int, bool]:
+        house = self._house
+        st: TopicState = house.topic_state(md.topic)
+        if st.metadata.generation != md.generation or not is_compacted(st.metadata.properties):
+            return 0, 0, False
+        s = self.settings.for_topic(st.metadata.properties)
+        now = house.clock()
+        ck = self._load(st)
+        stats = self.stats.setdefault(st.topic, TopicCleanerStats())
+        stats.first_dirty_offset = ck.dirty
+        end, dirty_bytes, oldest = self._survey(st, ck, s, now)
+        total = ck.clean_bytes + dirty_bytes
+        stats.dirty_ratio = dirty_bytes / total if total else 0.0
+        stats.lag_ms = now - oldest if oldest is not None else 0
+        tombstones_due = ck.due is not None and now >= ck.due
+        if end <= ck.dirty and not tombstones_due:
+            return 0, 0, False
+        overdue = oldest is not None and now - oldest >= s.max_compaction_lag_ms
+        if stats.dirty_ratio < s.min_cleanable_dirty_ratio and not (overdue or tombstones_due):
+            return 0, 0, False
+        cleanable = end
+        if end > ck.dirty:
+            key_map, end = self._map(st, ck, end, s, now)
+        else:  # only tombstones to remove from the clean part
+            key_map, end = {}, ck.dirty
+        removed, before, after, due = self._rewrite(st, ck, key_map, end, s, now)
+        ck.dirty, ck.clean_bytes, ck.due = end, after, due
+        ck.passes.append([end, now])
+        del ck.passes[:-PASSES_KEPT]
+        self._save(st, ck)
+        stats.passes += 1
+        stats.messages_removed += removed
+        stats.bytes_reclaimed += max(before - after, 0)
+        stats.last_pass_ms = now
+        stats.first_dirty_offset = end
+        if removed and self._rewritten is not None:
+            self._rewritten(st.metadata)
+        log.info(
+            "compacted %s up to offset %d: %d messages removed, %d bytes reclaimed",
+            st.topic,
+            end,
+            removed,
+            before - after,
+        )
+        return removed, max(before - after, 0), end < cleanable
+
+    def _survey(
+        self, st: TopicState, ck: _Checkpoint, s: CompactionSettings, now: int
+    ) -> tuple[int, int, int | None]:
+        """(cleanable end offset, its dirty bytes, publish time of its oldest message)."""
+        lag_cut = now - s.min_compaction_lag_ms
+        seg_cut = now - s.segment_ms
+        rows: list[tuple[int, int, int]] = []  # (end offset, size, ts) of each dirty row
+        for row in self._rows(st, ck.dirty, st.visible_offset, now):
+            if row.ts > lag_cut:
+                break
+            rows.append((row.base + row.count, row.size, row.ts))
+        # The head: the newest rows, under segment.bytes together, published within
+        # segment.ms; the cleanable part ends where it begins.
+        tail = 0
+        cut = len(rows)
+        while cut > 0:
+            _, size, ts = rows[cut - 1]
+            if tail + size >= s.segment_bytes or ts <= seg_cut:
+                break
+            tail += size
+            cut -= 1
+        kept = rows[:cut]
+        if not kept:
+            return ck.dirty, 0, None
+        return kept[-1][0], sum(r[1] for r in kept), kept[0][2]
+
+    def _map(
+        self, st: TopicState, ck: _Checkpoint, end: int, s: CompactionSettings, now: int
+    ) -> tuple[dict[bytes, int], int]:
+        """The latest offset of every key in [dirty, end), and where the map stopped."""
+        cap = max(1000, s.buffer_bytes // ENTRY_BYTES)
+        key_map: dict[bytes, int] = {}
+        reached = ck.dirty
+        for row in self._rows(st, ck.dirty, end, now):
+            if row.messages is None:
+                reached = row.base + row.count
+                continue
+            new_keys = []
+            for i, (_, meta, _) in enumerate(row.messages):
+                k = self._key(meta)
+                if k is not None:
+                    new_keys.append((k, row.base + i))
+            if key_map and len(key_map) + len(new_keys) > cap:
+                break
+            for k, offset in new_keys:
+                key_map[k] = offset
+            reached = row.base + row.count
+        return key_map, reached
+
+    def _rewrite(
+        self,
+        st: TopicState,
+        ck: _Checkpoint,
+        key_map: dict[bytes, int],
+        end: int,
+        s: CompactionSettings,
+        now: int,
+    ) -> tuple[int, int, int, int | None]:
+        """Rewrite rows below ``end``: (messages removed, bytes before, bytes after, when
+        the first tombstone kept may be removed)."""
+        phase1: list[Mutation] = []
+        payload_keys: list[bytes] = []  # PayloadTable rows of rows written out or gapped
+        phase2: list[Mutation] = []
+        removed = before = after = 0
+        due: int | None = None
+        horizon = now - s.delete_retention_ms
+        for row in self._rows(st, 0, end, now):
+            before += row.size
+            if row.messages is None:
+                after += row.size
+                continue
+            if row.aborted:  # never visible again: its offsets become a gap
+                value = keys.encode_gap(row.base, row.count)
+                phase1.append((row.key, value))
+                if row.wp is not None:
+                    payload_keys += self._payload_keys(st, row.wp)
+                after += len(value)
+                continue
+            keep: list[bool] = []
+            tombstones: list[int] = []
+            for i, (payload, meta, ttl) in enumerate(row.messages):
+                offset = row.base + i
+                if _is_removed(payload, meta, ttl, row.ts, now):
+                    keep.append(False)
+                    continue
+                k = self._key(meta)
+                latest = key_map.get(k) if k is not None else None
+                if latest is not None and latest > offset:
+                    keep.append(False)
+                    continue
+                keep.append(True)
+                if payload is None and k is not None:
+                    cleaned = ck.first_cleaned_ms(offset) if offset < ck.dirty else None
+                    if cleaned is not None and cleaned <= horizon:
+                        tombstones.append(i)
+                        continue
+                    when = (now if cleaned is None else cleaned) + s.delete_retention_ms
+                    due = when if due is None else min(due, when)
+            gone = [i for i, kept in enumerate(keep) if not kept]
+            fresh = [i for i in gone if not _is_removed(*row.messages[i], row.ts, now)]
+            if not gone and row.wp is None and not tombstones:
+                after += row.size
+                continue
+            value = row.value
+            if gone or row.wp is not None:
+                value = _rewritten(row, keep)
+                if value != row.value:
+                    phase1.append((row.key, value))
+                if row.wp is not None:
+                    payload_keys += self._payload_keys(st, row.wp)
+            if tombstones:
+                for i in tombstones:
+                    keep[i] = False
+                value = _rewritten(row, keep)
+                phase2.append((row.key, value))
+                fresh += tombstones
+            removed += len(fresh)
+            after += len(value)
+        self._write(phase1)
+        self._write([(k, None) for k in payload_keys])
+        self._write(phase2)
+        return removed, before, after, due
+
+    # --- rows ----------------------------------------------------------------------------
+    def _rows(self, st: TopicState, from_offset: int, end: int, now: int) -> Iterator[_Row]:
+        """The MessageTable rows covering [from_offset, end), with their messages; stops
+        at a transaction still in progress or committed too recently."""
+        house = self._house
+        backend = house.backend
+        if from_offset > 0:
+            start = reader.start_for_offset(backend, st, from_offset).key
+        else:
+            start = st.msg_prefix
+        plen = len(st.msg_prefix)
+        tx = house.transactions
+        for key, value in house.tables.messages.topic_rows(st, start):
+            flags, base, count = _HEAD.unpack_from(value)
+            if base >= end:
+                return
+            if base + count <= from_offset:
+                continue
+            ts = keys.MESSAGE_SUFFIX.unpack_from(key, plen)[0]
+            if flags & keys.F_GAP:
+                yield _Row(key, value, base, count, ts, len(value), None)
+                continue
+            if flags & keys.F_PACKED:
+                yield _Row(key, value, base, count, ts, len(value), keys.unpack_messages(value))
+                continue
+            flags, base, count, wp, ttl, meta, payload = keys.decode_row(value)
+            if wp is None:
+                yield _Row(key, value, base, count, ts, len(value), [(payload, meta, ttl)])
+                continue
+            vis = tx.visibility_now(wp)
+            if vis is Visibility.HOLD or (vis is Visibility.ACCEPT and ts > now - TX_SETTLE_MS):
+                return  # the cleanable part ends here (Kafka: the last stable offset)
+            reference = not flags & (keys.F_PAYLOAD | keys.F_NULL)
+            if vis is Visibility.SKIP:
+                ref = abs(wp) if reference else None
+                yield _Row(key, value, base, count, ts, len(value), [], ref, aborted=True)
+                continue
+            if not reference:
+                yield _Row(key, value, base, count, ts, len(value), [(payload, meta, ttl)])
+                continue
+            msgs, size = self._payload_messages(st, wp)
+            if len(msgs) != count:  # not what the row says: leave it alone
+                log.warning(
+                    "%s: reference row at offset %d holds %d of %d messages: not cleaned",
+                    st.topic,
+                    base,
+                    len(msgs),
+                    count,
+                )
+                yield _Row(key, value, base, count, ts, len(value), None)
+                continue
+            yield _Row(key, value, base, count, ts, len(value) + size, msgs, wp)
+
+    def _payload_messages(self, st: TopicState, wp: int) -> tuple[list[Msg], int]:
+        prefix = st.payload_prefix + keys.U64.pack(abs(wp))
+        msgs: list[Msg] = []
+        size = 0
+        for _, value in self._house.backend.scan(prefix, keys.prefix_end(prefix)):
+            size += len(value)
+            msgs.extend(keys.iter_messages(value))
+        return msgs, size
+
+    def _payload_keys(self, st: TopicState, wp: int) -> list[bytes]:
+        found = list(self._house.tables.payloads.row_keys(st, abs(wp)))
+        return [*found, st.referenced_prefix + keys.U64.pack(abs(wp))]
+
+    def _key(self, meta: bytes | None) -> bytes | None:
+        try:
+            k = self._key_of(meta)
+        except Exception:  # a meta that does not decode has no key we can compare
+            return None
+        if k is None:
+            return None
+        k = bytes(k)
+        return k if len(k) <= 16 else hashlib.blake2b(k, digest_size=16).digest()
+
+    def _write(self, mutations: list[Mutation]) -> None:
+        for i in range(0, len(mutations), WRITE_CHUNK):
+            self._house.write(mutations[i : i + WRITE_CHUNK]).result()
+
+    # --- checkpoint ----------------------------------------------------------------------
+    def _load(self, st: TopicState) -> _Checkpoint:
+        raw = self._house.tables.metadata.state(AREA, str(st.topic))
+        gen = st.metadata.generation
+        if raw is None:
+            return _Checkpoint(gen)
+        doc = json.loads(raw)
+        if doc.get("generation") != gen:
+            return _Checkpoint(gen)
+        return _Checkpoint(
+            gen, int(doc["dirty"]), int(doc["clean_bytes"]), doc["passes"], doc.get("due")
+        )
+
+    def _save(self, st: TopicState, ck: _Checkpoint) -> None:
+        doc = {
+            "generation": ck.generation,
+            "dirty": ck.dirty,
+            "clean_bytes": ck.clean_bytes,
+            "passes": ck.passes,
+            "due": ck.due,
+        }
+        key = keys.state_key(AREA, str(st.topic))
+        self._house.write([(key, json.dumps(doc).encode())]).result()
+
+
+def _is_removed(
+    payload: bytes | None, meta: bytes | None, ttl: int | None, ts: int, now: int
+) -> bool:
+    """Already unreadable: a removed message (TTL 0) or one whose own TTL ran out."""
+    return ttl is not None and ts + ttl < now
+
+
+def _rewritten(row: _Row, keep: list[bool]) -> bytes:
+    """The row with only the kept messages (same key, first offset and count)."""
+    if not any(keep):
+        return keys.encode_gap(row.base, row.count)
+    assert row.messages is not None
+    parts = [_HEAD.pack(keys.F_PACKED | keys.F_PAYLOAD, row.base, row.count)]
+    pack = keys.PACKED.pack
+    for kept, (payload, meta, ttl) in zip(keep, row.messages, strict=True):
+        if not kept:
+            parts.append(_PLACEHOLDER)
+            continue
+        m = -1 if meta is None else len(meta)
+        p = -1 if payload is None else len(payload)
+        parts += (pack(m, p, -1 if ttl is None else ttl), meta or b"", payload or b"")
+    return b"".join(bytes(p) for p in parts)

@@ -1,0 +1,231 @@
+"""Log compaction (storage/compaction.py) against a dict model, with kills at every step.
+
+Random histories of keyed values, tombstones, keyless messages, Kafka batches kept as
+sent, committed and rolled-back transactions are written to a compacted topic; the
+cleaner then runs on the memory:// engine (atomic per row only, rows of a write landing
+in a shuffled order) armed to crash after a chosen number of rows. After each crash the
+store is opened again on what is left, as a restarted process would, and the guarantees
+Kafka gives are checked against the model: every message read has the offset, payload
+and meta it was written with; for every key its latest message is there (or, for a
+tombstone past delete.retention.ms, no message of that key at all); keyless messages
+all stay; nothing rolled back comes back. Then the cleaner runs to the end and the
+topic must hold exactly the latest message of each key.
+
+``TMSGATE_COMPACTION_EXAMPLES`` sets the number of histories (a soak: 2000).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import uuid
+
+import pytest
+from tmsgate.protocol import build_batch, decode_meta, encode_meta
+from tmsgate.storage import BackendError, Entry, Store, TopicId, memory, open_backend
+from tmsgate.storage.compaction import CompactionSettings
+from tmsgate.storage.memory import Faults, MemoryBackend
+
+EXAMPLES = int(os.environ.get("TMSGATE_COMPACTION_EXAMPLES", "60"))
+TOPIC = TopicId("default", "compacted")
+SETTINGS = CompactionSettings(
+    min_cleanable_dirty_ratio=0.0,
+    segment_ms=0,
+    delete_retention_ms=10_000,
+    buffer_bytes=128 * 1500,  # ~1500 keys: histories with more keys take several passes
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def _open(
+    table: memory.MemoryTable, faults: Faults, clock: Clock, settings: CompactionSettings
+) -> Store:
+    while True:
+        try:
+            return Store(MemoryBackend(table, faults), clock=clock, compaction=settings)
+        except BackendError:
+            faults.crash_after_rows = None
+
+
+def _read_all(store: Store) -> list[tuple[int, bytes | None, bytes | None]]:
+    out = []
+    earliest, nxt = store.offsets(TOPIC)
+    offset = earliest
+    while offset < nxt:
+        res = store.read(
+            TOPIC, offset=offset, max_messages=1000, tx=store.transactions.snapshot()
+        )
+        out += [(m.offset, m.payload, m.meta) for m in res.messages]
+        if res.next_offset <= offset:
+            break
+        offset = res.next_offset
+    return out
+
+
+def _key(meta: bytes | None) -> bytes | None:
+    return decode_meta(meta)[0]
+
+
+def _write_history(store: Store, rng: random.Random, clock: Clock) -> dict[int, tuple]:
+    """-> offset -> (payload, meta, visible) of everything written."""
+    written: dict[int, tuple] = {}
+    n_keys = rng.choice([3, 20, 300, 3000])
+    for _ in range(rng.randint(5, 40)):
+        clock.now += rng.randint(0, 3)
+        kind = rng.random()
+        size = rng.randint(1, 120)
+        items = []
+        for _ in range(size):
+            k = f"k{rng.randrange(n_keys)}".encode() if rng.random() > 0.03 else None
+            value = None if (k is not None and rng.random() < 0.1) else os.urandom(8)
+            items.append((k, value))
+        if kind < 0.25:  # a Kafka batch kept as sent
+            batch = bytes(
+                build_batch([(i, clock.now, k, v, []) for i, (k, v) in enumerate(items)])
+            )
+            r = store.publish_kafka_batch_async(TOPIC, batch, len(items)).result()
+            metas = [encode_meta(k, [], clock.now) for k, _ in items]
+            for i, ((_, v), m) in enumerate(zip(items, metas, strict=True)):
+                written[r.base_offset + i] = (v, m, True)
+            continue
+        entries = [Entry(v, meta=encode_meta(k, [], clock.now)) for k, v in items]
+        if kind < 0.4:  # a transaction: committed, or rolled back
+            tx = store.transactions.start()
+            store.store(TOPIC, entries, tx)
+            r = store.publish(TOPIC, [], tx=tx)
+            commit = rng.random() < 0.7
+            if commit:
+                store.transactions.commit(tx)
+            else:
+                store.rollback(TOPIC, r)
+                store.transactions.abort(tx)
+        else:
+            r = store.publish(TOPIC, entries)
+            commit = True
+        for i, e in enumerate(entries):
+            written[r.base_offset + i] = (e.payload, e.meta, commit)
+    return written
+
+
+def _check(
+    read: list[tuple], written: dict[int, tuple], final: bool, tombstones_gone: bool
+) -> None:
+    latest: dict[bytes, int] = {}
+    for offset, (_, meta, visible) in sorted(written.items()):
+        k = _key(meta)
+        if visible and k is not None:
+            latest[k] = offset
+    seen = {}
+    last = -1
+    for offset, payload, meta in read:
+        assert offset > last, "offsets go up"
+        last = offset
+        want = written.get(offset)
+        assert want is not None and want[2], f"offset {offset} was never visible"
+        assert (payload, meta) == (want[0], want[1]), f"offset {offset} changed"
+        seen[offset] = _key(meta)
+    for k, offset in latest.items():
+        tomb = written[offset][0] is None
+        if tomb and tombstones_gone:
+            assert not any(v == k for v in seen.values()), f"key {k!r} came back"
+        elif tomb:
+            # kept, unless the cleaner may remove it already: then nothing older either
+            if offset not in seen:
+                assert not any(v == k for v in seen.values()), f"key {k!r} came back"
+        else:
+            assert offset in seen, f"latest value of {k!r} (offset {offset}) is gone"
+    keyless = [o for o, (_, m, v) in written.items() if v and _key(m) is None]
+    assert all(o in seen for o in keyless), "a keyless message was removed"
+    if final:  # exactly the latest of each key (a tombstone: while it is kept)
+        values = {o for o in latest.values() if written[o][0] is not None}
+        tombs = {o for o in latest.values() if written[o][0] is None}
+        assert set(seen) - tombs == set(keyless) | values
+        if tombstones_gone:
+            assert not set(seen) & tombs
+
+
+@pytest.mark.parametrize("seed", range(EXAMPLES))
+def test_compaction_model_with_kills(seed: int) -> None:
+    rng = random.Random(seed)
+    name = f"compaction-{uuid.uuid4().hex}"
+    table = memory.table(name)
+    faults = Faults(seed=seed)
+    clock = Clock()
+    try:
+        store = _open(table, faults, clock, SETTINGS)
+        store.create_topic(TOPIC, {"cleanup.policy": "compact"})
+        written = _write_history(store, rng, clock)
+        clock.now += 5
+        for _ in range(rng.randint(1, 4)):  # cleaner runs, each killed after some rows
+            faults.crash_after_rows = rng.randint(0, 60)
+            with contextlib.suppress(BackendError):
+                store.compact()
+            faults.crash_after_rows = None
+            store = _open(table, faults, clock, SETTINGS)
+            _check(_read_all(store), written, final=False, tombstones_gone=False)
+            clock.now += rng.choice([1, 20_000])
+        clock.now += 61_000  # past compaction.TX_SETTLE_MS: transactions are cleaned too
+        store.compact()
+        store.compact()
+        _check(_read_all(store), written, final=True, tombstones_gone=False)
+        # Past delete.retention.ms since the passes that cleaned them: tombstones go.
+        clock.now += 20_000
+        store.compact()
+        store.compact()
+        _check(_read_all(store), written, final=True, tombstones_gone=True)
+        store.close()
+    finally:
+        memory.drop(name)
+
+
+def test_min_compaction_lag_and_head_are_not_cleaned(tmp_path) -> None:
+    clock = Clock()
+    settings = CompactionSettings(min_cleanable_dirty_ratio=0.0, segment_ms=0)
+    store = Store(open_backend(f"leveldb://{tmp_path}"), clock=clock, compaction=settings)
+    store.create_topic(TOPIC, {"cleanup.policy": "compact", "min.compaction.lag.ms": "1000"})
+    meta = encode_meta(b"k", [], clock.now)
+    for i in range(5):
+        store.publish(TOPIC, [Entry(b"v%d" % i, meta=meta)])
+    store.compact()
+    assert len(_read_all(store)) == 5  # all newer than min.compaction.lag.ms
+    clock.now += 1001
+    store.compact()
+    assert [p for _, p, _ in _read_all(store)] == [b"v4"]
+    assert store.offsets(TOPIC) == (0, 5)  # offsets never change
+    stats = store.cleaner.stats[TOPIC]
+    assert stats.messages_removed == 4 and stats.bytes_reclaimed > 0
+    store.close()
+
+
+def test_delete_records_moves_the_log_start(tmp_path) -> None:
+    from tmsgate.storage import OffsetOutOfRange, open_store
+
+    store = open_store(f"leveldb://{tmp_path}")
+    store.create_topic(TOPIC)
+    for i in range(10):
+        store.publish(TOPIC, [b"m%d" % i])
+    assert store.delete_records(TOPIC, 4) == 4
+    assert store.offsets(TOPIC) == (4, 10)
+    with pytest.raises(OffsetOutOfRange):
+        store.read(TOPIC, offset=3)
+    assert store.read(TOPIC, offset=4).messages[0].payload == b"m4"
+    assert store.delete_records(TOPIC, 2) == 4  # never back
+    with pytest.raises(OffsetOutOfRange):
+        store.delete_records(TOPIC, 11)
+    store.cleanup()
+    store.close()
+    store = open_store(f"leveldb://{tmp_path}")  # durable
+    assert store.offsets(TOPIC) == (4, 10)
+    assert store.delete_records(TOPIC, -1) == 10
+    store.cleanup()
+    store.publish(TOPIC, [b"after"])
+    assert store.offsets(TOPIC) == (10, 11)
+    store.close()
