@@ -43,11 +43,8 @@ async def _changes_incremental(
             changes[c.name] = None
         elif c.config_operation in (APPEND, SUBTRACT):
             if c.name not in LIST_CONFIGS:
-                raise InvalidConfig(
-                    f"Config value append is not allowed for config key: {c.name}"
-                    if c.config_operation == APPEND
-                    else f"Config value subtract is not allowed for config key: {c.name}"
-                )
+                verb = "APPEND to" if c.config_operation == APPEND else "SUBTRACT from"
+                raise InvalidConfig(f"Can't {verb} key {c.name} because its type is not LIST.")
             was = changes.get(c.name, current.config.value(c.name) if current else None)
             items = [v for v in (was or "").split(",") if v]
             given = [v.strip() for v in (c.value or "").split(",") if v.strip()]

@@ -74,7 +74,7 @@ def _keyless(info: TopicInfo, batch: ProducedBatch) -> Outcome | None:
         return None
     why = (
         "Compacted topic cannot accept message without key in topic partition "
-        f"{info.name}-{info.partition}."
+        f"{info.name}-{info.partition}"
     )
     errors = tuple((i, why) for i in missing)
     shown = ", ".join(f"RecordError(batchIndex={i}, message='{why}')" for i in missing[:3])
