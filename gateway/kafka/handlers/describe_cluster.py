@@ -19,13 +19,6 @@ BROKER_ENDPOINT = 1
 _CLUSTER_OPERATIONS = (5, 7, 8, 9, 10, 11, 12)
 
 
-def _operations(ops: tuple[int, ...]) -> int:
-    bits = 0
-    for op in ops:
-        bits |= 1 << op
-    return bits
-
-
 async def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     endpoint = getattr(req, "endpoint_type", BROKER_ENDPOINT) if ctx.version >= 1 else 1
@@ -39,7 +32,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             cluster_id="",
             controller_id=-1,
             brokers=[],
-            cluster_authorized_operations=-(2**31),
+            authorized_operations=None,
         )
     if broker.cluster is None:
         nodes = [(broker.config.node_id, broker.advertised_host, broker.advertised_port)]
@@ -51,14 +44,13 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     brokers = [
         _Broker(broker_id=n, host=h, port=p, rack=None, is_fenced=False) for n, h, p in nodes
     ]
-    ops = -(2**31)  # Kafka's "not asked"
+    ops = None  # not asked: Kafka's -2^31 (kafka-python's bitfield encodes None so)
     if req.include_cluster_authorized_operations:
-        allowed = [
+        ops = [
             op
             for op in _CLUSTER_OPERATIONS
             if ctx.allowed(Operation(op), ResourceType.CLUSTER, CLUSTER_NAME, log=False)
         ]
-        ops = _operations(tuple(allowed))
     return ctx.response(
         throttle_time_ms=0,
         error_code=ErrorCode.NONE,
@@ -67,7 +59,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         cluster_id=broker.config.cluster_id,
         controller_id=controller,
         brokers=brokers,
-        cluster_authorized_operations=ops,
+        authorized_operations=ops,
     )
 
 
