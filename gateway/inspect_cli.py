@@ -2,6 +2,7 @@
 
     tmsgate topics list [--namespace NS]
     tmsgate topics describe TOPIC
+    tmsgate topics delete-records TOPIC --offset N [--partition P]
     tmsgate inspect TOPIC --from OFFSET|TIME|MESSAGE-ID [--limit N] [--tx]
     tmsgate tx list
 
@@ -56,6 +57,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     describe = tsub.add_parser("describe", help="properties, generation and offsets of topics")
     common(describe)
     describe.add_argument("topic", nargs="*")
+    delete = tsub.add_parser(
+        "delete-records",
+        help="move a partition's log start (Kafka's DeleteRecords) on a store no gateway "
+        "holds; with a gateway running use kafka-delete-records.sh",
+    )
+    common(delete)
+    delete.add_argument("topic")
+    delete.add_argument("--partition", type=int, default=0)
+    delete.add_argument(
+        "--offset", type=int, required=True, help="the new earliest offset (-1: the end)"
+    )
     topics.set_defaults(func=cmd_topics)
 
     inspect = sub.add_parser("inspect", help="show messages without consuming them")
@@ -93,7 +105,33 @@ def open_for_reading(url: str) -> Iterator[Store]:
         store.close()
 
 
+def cmd_delete_records(args: argparse.Namespace) -> int:
+    try:
+        store = open_store(args.store)
+    except BackendError as exc:
+        if "lock" in str(exc).lower():
+            print(
+                "a running gateway holds this store: use kafka-delete-records.sh against it",
+                file=sys.stderr,
+            )
+            return 2
+        raise
+    try:
+        t = TopicId.of_partition(args.namespace, args.topic, args.partition)
+        low = store.delete_records(t, args.offset)
+        store.cleanup()  # deletes the rows below the new log start now
+    except StorageError as exc:
+        print(f"{args.topic}-{args.partition}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    print(json.dumps({"topic": args.topic, "partition": args.partition, "low_watermark": low}))
+    return 0
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
+    if args.topics_command == "delete-records":
+        return cmd_delete_records(args)
     with open_for_reading(args.store) as store:
         if args.topics_command == "list":
             for t in store.list_topics(args.namespace):
@@ -114,6 +152,9 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 "next_offset": nxt,
                 "last_stable_offset": store.last_stable_offset(t),
             }
+            cleaning = store.compaction_status(t)
+            if cleaning is not None:
+                doc["compaction"] = cleaning
             if args.json:
                 print(json.dumps(doc))
             else:
@@ -122,6 +163,13 @@ def cmd_topics(args: argparse.Namespace) -> int:
                     f"  lso={doc['last_stable_offset']}  id={doc['topic_id']}"
                     f"  properties={json.dumps(md.properties, sort_keys=True)}"
                 )
+                if cleaning is not None:
+                    print(
+                        f"  compaction: dirty ratio {cleaning['dirty_ratio']}"
+                        f"  first dirty offset {cleaning['first_dirty_offset']}"
+                        f"  cleaner lag {cleaning['lag_ms']} ms"
+                        f"  clean {cleaning['clean_bytes']} B, dirty {cleaning['dirty_bytes']} B"
+                    )
     return 0
 
 

@@ -206,6 +206,25 @@ class Cleaner:
                 break
         return removed, reclaimed
 
+    def status(self, md: TopicMetadata) -> dict[str, Any]:
+        """A compacted topic's cleaning, read from its checkpoint and a survey of its
+        dirty part (no write): what ``tmsgate topics describe`` shows."""
+        st: TopicState = self._house.topic_state(md.topic)
+        s = self.settings.for_topic(st.metadata.properties)
+        now = self._house.clock()
+        ck = self._load(st)
+        end, dirty, oldest = self._survey(st, ck, s, now)
+        total = ck.clean_bytes + dirty
+        return {
+            "first_dirty_offset": ck.dirty,
+            "cleanable_end_offset": end,
+            "clean_bytes": ck.clean_bytes,
+            "dirty_bytes": dirty,
+            "dirty_ratio": round(dirty / total, 4) if total else 0.0,
+            "lag_ms": now - oldest if oldest is not None else 0,
+            "last_pass_ms": ck.passes[-1][1] if ck.passes else None,
+        }
+
     # --- one pass ------------------------------------------------------------------------
     def _pass(self, md: TopicMetadata) -> tuple[int, int, bool]:
         house = self._house

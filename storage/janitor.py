@@ -55,6 +55,8 @@ class Housekeeping:
     transactions: TransactionManager
     clock: Callable[[], int]
     writes_refused: Callable[[], bool]  # the disk is full (storage/space.py)
+    # Store.delete_records: the log start moves up (retention.bytes), durably
+    move_log_start: Callable[[TopicId, int], int] | None = None
 
 
 class Janitor:
@@ -130,10 +132,46 @@ def _clean_topic(house: Housekeeping, md: TopicMetadata) -> int:
     deleted = _delete_keys(house, house.tables.old_generation_keys(md.topic, md.generation))
     if md.generation > 0:
         deleted += _forget_finished_tx_rows(house, md)
+        _retain_bytes(house, md)
         deleted += _truncate(house, md)
         if md.ttl_ms is not None:
             deleted += _expire(house, md)
     return deleted
+
+
+RETENTION_BYTES = "retention.bytes"
+
+
+def _retain_bytes(house: Housekeeping, md: TopicMetadata) -> None:
+    """Kafka's retention.bytes, on a topic whose cleanup.policy deletes: the oldest rows
+    go while the rest still hold at least that many bytes (Kafka deletes whole segments
+    the same way). The log start moves past them; _truncate deletes them."""
+    raw = md.properties.get(RETENTION_BYTES)
+    if raw is None or house.move_log_start is None:
+        return
+    try:
+        limit = int(raw)
+    except ValueError:
+        return
+    policy = md.properties.get("cleanup.policy", "delete")
+    if limit < 0 or "delete" not in policy.split(","):
+        return
+    st = house.topic_state(md.topic)
+    if st.metadata.generation != md.generation:
+        return
+    rows = [
+        (keys.ROW_HEAD.unpack_from(v)[1:], len(v))
+        for _, v in house.tables.messages.topic_rows(st)
+    ]
+    total = sum(size for _, size in rows)
+    start = st.start_offset
+    for (base, count), size in rows:
+        if total - size < limit or base + count > st.visible_offset:
+            break
+        total -= size
+        start = max(start, base + count)
+    if start > st.start_offset:
+        house.move_log_start(md.topic, start)
 
 
 def _truncate(house: Housekeeping, md: TopicMetadata) -> int:

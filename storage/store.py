@@ -23,7 +23,7 @@ from tmsgate.protocol import decode_meta
 from . import intents, keys, reader
 from .append import Item, RowAppender
 from .backend import Backend, Mutation, open_backend
-from .compaction import Cleaner, CompactionSettings, KeyOf
+from .compaction import Cleaner, CompactionSettings, KeyOf, is_compacted
 from .errors import (
     InvalidTransaction,
     NotLeader,
@@ -159,6 +159,7 @@ class Store:
             transactions=self.transactions,
             clock=self._clock,
             writes_refused=lambda: self.writes_refused,
+            move_log_start=self.delete_records,
         )
         # Log compaction (compaction.py): run by the janitor's thread, or by compact().
         self._rewrite_listeners: list[TopicListener] = []
@@ -1120,13 +1121,20 @@ class Store:
         self._check_open()
         return self.cleaner.run()
 
+    def compaction_status(self, topic: TopicId) -> dict[str, Any] | None:
+        """A compacted topic's cleaning (Cleaner.status); None for a topic not compacted."""
+        self._check_open()
+        md = self._require(topic)
+        return self.cleaner.status(md) if is_compacted(md.properties) else None
+
     def add_rewrite_listener(self, listener: TopicListener) -> None:
         """``listener(metadata)`` after the cleaner rewrote rows of a topic: what was read
         of it before (a cache of fetched batches) may hold messages it removed."""
         self._rewrite_listeners.append(listener)
 
     def remove_rewrite_listener(self, listener: TopicListener) -> None:
-        self._rewrite_listeners.remove(listener)
+        if listener in self._rewrite_listeners:
+            self._rewrite_listeners.remove(listener)
 
     def _rows_rewritten(self, md: TopicMetadata) -> None:
         for listener in list(self._rewrite_listeners):

@@ -68,3 +68,32 @@ def test_inspect_reads_a_copy_while_the_store_is_open(tmp_path: Path) -> None:
         assert "point-in-time copy" in out.stderr
         store.publish(t, [b"after"])  # the store is untouched by the copy
         assert [m.payload for m in store.poll(t)] == [b"visible", b"after"]
+
+
+def test_compacted_topic_described_and_records_deleted(tmp_path: Path) -> None:
+    from tmsgate.protocol import encode_meta
+
+    url = f"leveldb://{tmp_path / 'store'}"
+    t = TopicId("default", "changelog")
+    with open_store(url) as store:
+        # segment.ms 1: every row is past the head a millisecond after it is written
+        props = {"cleanup.policy": "compact", "segment.ms": "1"}
+        store.create_topic(t, props)
+        meta = encode_meta(b"k", [], 0)
+        store.publish(t, [Entry(b"v%d" % i, meta=meta) for i in range(10)])
+
+    out = run("topics", "describe", "changelog", "--store", url, "--json")
+    doc = json.loads(out.stdout)
+    cleaning = doc["compaction"]
+    assert cleaning["first_dirty_offset"] == 0 and cleaning["dirty_bytes"] > 0
+    assert cleaning["dirty_ratio"] == 1.0  # nothing cleaned yet
+    out = run("topics", "describe", "changelog", "--store", url)
+    assert "compaction: dirty ratio 1.0" in out.stdout
+
+    out = run("topics", "delete-records", "changelog", "--offset", "4", "--store", url)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["low_watermark"] == 4
+    out = run("topics", "delete-records", "changelog", "--offset", "99", "--store", url)
+    assert out.returncode == 1 and "outside the topic's range" in out.stderr, out.stderr
+    with open_store(url) as store:
+        assert store.offsets(t) == (4, 10)

@@ -23,7 +23,15 @@ import uuid
 
 import pytest
 from tmsgate.protocol import build_batch, decode_meta, encode_meta
-from tmsgate.storage import BackendError, Entry, Store, TopicId, memory, open_backend
+from tmsgate.storage import (
+    BackendError,
+    Entry,
+    Store,
+    TopicId,
+    memory,
+    open_backend,
+    open_store,
+)
 from tmsgate.storage.compaction import CompactionSettings
 from tmsgate.storage.memory import Faults, MemoryBackend
 
@@ -206,7 +214,7 @@ def test_min_compaction_lag_and_head_are_not_cleaned(tmp_path) -> None:
 
 
 def test_delete_records_moves_the_log_start(tmp_path) -> None:
-    from tmsgate.storage import OffsetOutOfRange, open_store
+    from tmsgate.storage import OffsetOutOfRange
 
     store = open_store(f"leveldb://{tmp_path}")
     store.create_topic(TOPIC)
@@ -228,4 +236,20 @@ def test_delete_records_moves_the_log_start(tmp_path) -> None:
     store.cleanup()
     store.publish(TOPIC, [b"after"])
     assert store.offsets(TOPIC) == (10, 11)
+    store.close()
+
+
+def test_retention_bytes_deletes_the_oldest_rows(tmp_path) -> None:
+    store = open_store(f"leveldb://{tmp_path}")
+    store.create_topic(TOPIC, {"retention.bytes": "5000"})
+    for i in range(20):
+        store.publish(TOPIC, [b"%04d" % i + bytes(996)])  # a row of about 1 KiB each
+    store.cleanup()
+    earliest, nxt = store.offsets(TOPIC)
+    assert nxt == 20 and 14 <= earliest <= 16  # at least 5000 bytes kept, the oldest gone
+    assert store.read(TOPIC, offset=earliest).messages[0].payload[:4] == b"%04d" % earliest
+    store.update_topic(TOPIC, {"retention.bytes": "5000", "cleanup.policy": "compact"})
+    store.publish(TOPIC, [bytes(1000)] * 1)
+    store.cleanup()
+    assert store.offsets(TOPIC)[0] == earliest  # compact alone deletes nothing by size
     store.close()

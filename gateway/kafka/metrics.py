@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
@@ -123,6 +123,7 @@ class Metrics:
         self.store_disk_free.set_function(lambda: float(store.disk_space()["free_bytes"]))
         self.store_disk_reserve.set_function(lambda: float(store.disk_space()["reserve_bytes"]))
         self.registry.register(_WriterCollector(store.writer_stats))
+        self.registry.register(_CleanerCollector(lambda: dict(store.cleaner.stats)))
 
     def serve(self, host: str, port: int) -> None:
         """Expose /metrics over HTTP on a daemon thread."""
@@ -149,3 +150,36 @@ class _WriterCollector:
         stats = self._stats()
         for key, name, doc in self._FAMILIES:
             yield CounterMetricFamily(name, doc, value=stats[key])
+
+
+class _CleanerCollector:
+    """The compaction cleaner's figures per compacted topic this gateway cleans
+    (storage/compaction.py), read when scraped; ``topic`` is the TMS topic (a Kafka
+    partition p > 0 is ``name~p``)."""
+
+    _GAUGES = (
+        ("dirty_ratio", "tmsgate_cleaner_dirty_ratio", "Dirty bytes over all bytes"),
+        ("lag_ms", "tmsgate_cleaner_lag_ms", "Age of the oldest message not yet cleaned"),
+        ("first_dirty_offset", "tmsgate_cleaner_first_dirty_offset", "Where cleaning resumes"),
+    )
+    _COUNTERS = (
+        ("bytes_reclaimed", "tmsgate_cleaner_reclaimed_bytes", "Bytes the cleaner removed"),
+        ("messages_removed", "tmsgate_cleaner_removed_messages", "Messages it removed"),
+        ("passes", "tmsgate_cleaner_passes", "Cleaning passes"),
+    )
+
+    def __init__(self, stats: Callable[[], dict[Any, Any]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Any:
+        stats = self._stats()
+        for attr, name, doc in self._GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["topic"])
+            for topic, st in stats.items():
+                family.add_metric([topic.topic], float(getattr(st, attr)))
+            yield family
+        for attr, name, doc in self._COUNTERS:
+            family = CounterMetricFamily(name, doc, labels=["topic"])
+            for topic, st in stats.items():
+                family.add_metric([topic.topic], float(getattr(st, attr)))
+            yield family
