@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -163,9 +163,12 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def self_started_gateway(
-    report: dict[str, object], prefix: str = "tmsgate-clients-bench-"
+    report: dict[str, object],
+    prefix: str = "tmsgate-clients-bench-",
+    extra_args: Sequence[str] = (),
 ) -> Iterator[str]:
-    """`tmsgate serve` on a temp LevelDB dir and a free port; yields its bootstrap."""
+    """`tmsgate serve` on a temp LevelDB dir and a free port (and ``extra_args``);
+    yields its bootstrap."""
     with tempfile.TemporaryDirectory(prefix=prefix) as workdir:
         port = free_port()
         log_path = Path(workdir) / "gateway.log"
@@ -179,6 +182,7 @@ def self_started_gateway(
             "--no-http",
             "--log-level",
             "WARNING",
+            *extra_args,
         ]
         with open(log_path, "wb") as log_file:
             proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)

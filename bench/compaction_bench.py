@@ -1,0 +1,210 @@
+"""Log compaction beside Apache Kafka: how fast a compacted topic is cleaned, and what
+cleaning costs the produce path (docs/compaction.md, docs/benchmarks.md).
+
+    .venv/bin/python bench/compaction_bench.py [--bootstrap host:port] [--quick]
+        [--records 1000000] [--keys 10000] [--tombstones 1000]
+
+Without --bootstrap it starts its own `tmsgate serve` (LevelDB in a temp dir) with
+`--cleaner-backoff-ms 1000`; with --bootstrap it measures any broker, e.g. Apache Kafka
+4.1 started with `log.cleaner.backoff.ms=1000` (say so beside the figures).
+
+The workload (1 KiB values, confluent-kafka, acks=all, one partition):
+1. `baseline`: 200,000 records to a plain topic, msgs/s.
+2. `write`: --records records over --keys keys to a compacted topic (cleanup.policy
+   compact, segment.bytes 16 MiB, segment.ms 1000, Kafka's defaults otherwise), then
+   --tombstones tombstones for distinct keys; after segment.ms one more record (key
+   `__roll__`), since Kafka never cleans its active segment and rolls it only when a
+   record arrives after segment.ms (tmsgate's head ends by time the same way).
+3. `during`: right away, 200,000 records to another plain topic while the cleaner
+   works, msgs/s, and its ratio to `baseline` (the target: at least 0.8).
+4. `cleaned_s`: from the roll record's acknowledgement until a read of the compacted
+   topic from offset 0 returns each key at most once (the latest value or tombstone of
+   every key: --keys + 1 records), probed every half second; `cleaner_records_per_s` is
+   --records + --tombstones over it. Every probe checks that each key it sees holds its
+   latest value or a tombstone, in offset order.
+Progress goes to stderr, one JSON summary to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kafka_clients_bench import (
+    ck_common,
+    log,
+    proc_cpu_seconds,
+    self_started_gateway,
+)
+
+VALUE = bytes(1024)
+PLAIN_RECORDS = 200_000
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.bytes": str(16 << 20),
+    "segment.ms": "1000",
+}
+
+
+def create(bootstrap: str, prefix: str, config: dict[str, str]) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(ck_common(bootstrap))
+    admin.create_topics([NewTopic(name, 1, 1, config=config)])[name].result(60)
+    return name
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> float:
+    """Seconds to produce ``records`` (key, value) with acks=all, every report checked."""
+    p = confluent_kafka.Producer(
+        {**ck_common(bootstrap), "acks": "all", "linger.ms": 5, "batch.size": 1_000_000}
+    )
+    failed: list[str] = []
+
+    def done(err: object, _msg: object) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    p.list_topics(topic, timeout=30)
+    started = time.perf_counter()
+    for key, value in records:
+        while True:
+            try:
+                p.produce(topic, value, key, partition=0, on_delivery=done)
+                break
+            except BufferError:
+                p.poll(0.005)
+        p.poll(0)
+    if p.flush(120) or failed:
+        raise RuntimeError(f"produce to {topic}: {len(failed)} failed, first {failed[:3]}")
+    return time.perf_counter() - started
+
+
+def probe(bootstrap: str, topic: str, latest: dict[bytes, bytes | None], limit: int) -> int:
+    """Records a read from offset 0 returns, stopping past ``limit``; checks what it sees."""
+    c = confluent_kafka.Consumer(
+        {
+            **ck_common(bootstrap),
+            "group.id": f"probe-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 4 << 20,
+        }
+    )
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    _, high = c.get_watermark_offsets(tp, timeout=30)
+    c.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    seen: set[bytes] = set()
+    count, last = 0, -1
+    try:
+        while count <= limit:
+            msgs = c.consume(1000, 1.0)
+            if not msgs:
+                break
+            for m in msgs:
+                if m.error():
+                    raise RuntimeError(str(m.error()))
+                assert m.offset() > last, "offsets go up"
+                last = m.offset()
+                count += 1
+                if m.key() in seen:
+                    count = limit + 1  # a key twice: not clean yet
+                seen.add(m.key())
+            if last >= high - 1:
+                break
+    finally:
+        c.close()
+    if count <= limit:
+        for key, value in latest.items():
+            if value is not None and key not in seen:
+                raise RuntimeError(f"key {key!r} lost its latest value")
+    return count
+
+
+def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, object]:
+    report: dict[str, object] = {}
+    plain = [(None, VALUE)] * args.plain
+    report["baseline_msgs_per_s"] = round(
+        args.plain / produce(bootstrap, create(bootstrap, "base", {}), plain)
+    )
+    log(f"baseline produce: {report['baseline_msgs_per_s']} msgs/s")
+    topic = create(bootstrap, "compacted", COMPACTED)
+    keys = [b"key-%06d" % i for i in range(args.keys)]
+    records: list[tuple[bytes | None, bytes | None]] = [
+        (keys[i % args.keys], VALUE) for i in range(args.records)
+    ]
+    records += [(keys[i], None) for i in range(args.tombstones)]
+    latest = {k: v for k, v in records}
+    seconds = produce(bootstrap, topic, records)
+    report["write_msgs_per_s"] = round(len(records) / seconds)
+    log(f"compacted topic written: {len(records)} records, {report['write_msgs_per_s']} msgs/s")
+    time.sleep(1.1)  # past segment.ms: the next record rolls Kafka's segment
+    produce(bootstrap, topic, [(b"__roll__", b"x")])
+    latest[b"__roll__"] = b"x"
+    written_at = time.monotonic()
+    cpu0 = proc_cpu_seconds(pid) if pid else None
+    during: dict[str, float] = {}
+
+    def produce_during() -> None:
+        during["seconds"] = produce(bootstrap, create(bootstrap, "during", {}), plain)
+
+    t = threading.Thread(target=produce_during)
+    t.start()
+    limit = args.keys + 1
+    probes = 0
+    while True:
+        time.sleep(0.5)
+        probes += 1
+        got = probe(bootstrap, topic, latest, limit)
+        log(f"probe {probes}: {'more than ' + str(limit) if got > limit else got} records")
+        if got <= limit:
+            break
+        if time.monotonic() - written_at > args.timeout_s:
+            raise RuntimeError(f"not compacted within {args.timeout_s} s")
+    cleaned = time.monotonic() - written_at
+    t.join()
+    report["cleaned_s"] = round(cleaned, 1)
+    report["cleaner_records_per_s"] = round(len(records) / cleaned)
+    report["during_msgs_per_s"] = round(args.plain / during["seconds"])
+    report["during_ratio"] = round(report["during_msgs_per_s"] / report["baseline_msgs_per_s"], 2)  # type: ignore[operator]
+    if cpu0 is not None and pid:
+        report["broker_cpu_s_until_clean"] = round(proc_cpu_seconds(pid) - cpu0, 1)
+    log(f"cleaned in {cleaned:.1f} s; produce during cleaning {report['during_ratio']}x baseline")
+    return report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bootstrap", help="measure this broker instead of a fresh gateway")
+    ap.add_argument("--broker-pid", type=int, help="its pid, for its CPU time")
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--keys", type=int, default=10_000)
+    ap.add_argument("--tombstones", type=int, default=1_000)
+    ap.add_argument("--plain", type=int, default=PLAIN_RECORDS)
+    ap.add_argument("--timeout-s", type=float, default=900)
+    ap.add_argument("--quick", action="store_true", help="100,000 records over 1,000 keys")
+    args = ap.parse_args()
+    if args.quick:
+        args.records, args.keys, args.tombstones, args.plain = 100_000, 1_000, 100, 50_000
+    out: dict[str, object] = {"records": args.records, "keys": args.keys}
+    if args.bootstrap:
+        out.update(broker=args.bootstrap, **run(args.bootstrap, args, args.broker_pid))
+    else:
+        gw: dict[str, object] = {}
+        with self_started_gateway(
+            gw, "tmsgate-compaction-bench-", ["--cleaner-backoff-ms", "1000"]
+        ) as bootstrap:
+            out.update(broker="tmsgate", **run(bootstrap, args, int(gw["pid"])))  # type: ignore[arg-type]
+        out["gateway"] = gw
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
