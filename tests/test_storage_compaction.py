@@ -29,7 +29,6 @@ from tmsgate.storage import (
     Store,
     TopicId,
     memory,
-    open_backend,
     open_store,
 )
 from tmsgate.storage.compaction import CompactionSettings
@@ -194,22 +193,36 @@ def test_compaction_model_with_kills(seed: int) -> None:
         memory.drop(name)
 
 
-def test_min_compaction_lag_and_head_are_not_cleaned(tmp_path) -> None:
+def test_cleaning_on_every_engine(any_engine_url: str) -> None:
+    """min.compaction.lag.ms and the head hold rows back; then plain rows, a Kafka batch
+    kept as sent and a committed transaction's rows are cleaned, on leveldb://,
+    memory:// and hbase:// (the Thrift stand-in), offsets unchanged."""
     clock = Clock()
     settings = CompactionSettings(min_cleanable_dirty_ratio=0.0, segment_ms=0)
-    store = Store(open_backend(f"leveldb://{tmp_path}"), clock=clock, compaction=settings)
+    store = open_store(any_engine_url, clock=clock, compaction=settings)
     store.create_topic(TOPIC, {"cleanup.policy": "compact", "min.compaction.lag.ms": "1000"})
     meta = encode_meta(b"k", [], clock.now)
     for i in range(5):
         store.publish(TOPIC, [Entry(b"v%d" % i, meta=meta)])
+    batch = bytes(build_batch([(i, clock.now, b"k", b"b%d" % i, []) for i in range(3)]))
+    store.publish_kafka_batch_async(TOPIC, batch, 3).result()
+    tx = store.transactions.start()
+    store.store(TOPIC, [Entry(b"t0", meta=meta), Entry(b"t1", meta=encode_meta(b"j", [], 0))], tx)
+    store.publish(TOPIC, [], tx=tx)
+    store.transactions.commit(tx)
     store.compact()
-    assert len(_read_all(store)) == 5  # all newer than min.compaction.lag.ms
+    assert len(_read_all(store)) == 10  # all newer than min.compaction.lag.ms
     clock.now += 1001
     store.compact()
-    assert [p for _, p, _ in _read_all(store)] == [b"v4"]
-    assert store.offsets(TOPIC) == (0, 5)  # offsets never change
+    # up to the transaction's rows, not yet TX_SETTLE_MS old: b2 is k's latest before them
+    assert [o for o, _, _ in _read_all(store)] == [7, 8, 9]
+    clock.now += 60_000
+    store.compact()
+    assert [(o, p) for o, p, _ in _read_all(store)] == [(8, b"t0"), (9, b"t1")]
+    assert store.offsets(TOPIC) == (0, 10)  # offsets never change
     stats = store.cleaner.stats[TOPIC]
-    assert stats.messages_removed == 4 and stats.bytes_reclaimed > 0
+    assert stats.messages_removed == 8 and stats.passes == 2 and stats.bytes_reclaimed > 0
+    assert store.compaction_status(TOPIC)["first_dirty_offset"] == 10
     store.close()
 
 
