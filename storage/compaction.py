@@ -279,7 +279,7 @@ class Cleaner:
         lag_cut = now - s.min_compaction_lag_ms
         seg_cut = now - s.segment_ms
         rows: list[tuple[int, int, int]] = []  # (end offset, size, ts) of each dirty row
-        for row in self._rows(st, ck.dirty, st.visible_offset, now):
+        for row in self._rows(st, ck.dirty, st.visible_offset, now, decode=False):
             if row.ts > lag_cut:
                 break
             rows.append((row.base + row.count, row.size, row.ts))
@@ -332,13 +332,26 @@ class Cleaner:
     ) -> tuple[int, int, int, int | None]:
         """Rewrite rows below ``end``: (messages removed, bytes before, bytes after, when
         the first tombstone kept may be removed)."""
+        # Phase 1 is written as it is found, a chunk at a time (any part of it may land:
+        # each removal keeps the later message of its key), each chunk followed by the
+        # PayloadTable rows of rows it wrote out; phase 2 (tombstones) after all of it.
         phase1: list[Mutation] = []
         payload_keys: list[bytes] = []  # PayloadTable rows of rows written out or gapped
         phase2: list[Mutation] = []
+
+        def flush(force: bool = False) -> None:
+            if phase1 and (force or len(phase1) >= WRITE_CHUNK):
+                self._write(phase1)
+                phase1.clear()
+            if payload_keys and (force or not phase1):
+                self._write([(k, None) for k in payload_keys])
+                payload_keys.clear()
+
         removed = before = after = 0
         due: int | None = None
         horizon = now - s.delete_retention_ms
         for row in self._rows(st, 0, end, now):
+            flush()
             before += row.size
             if row.messages is None:
                 after += row.size
@@ -390,15 +403,17 @@ class Cleaner:
                 fresh += tombstones
             removed += len(fresh)
             after += len(value)
-        self._write(phase1)
-        self._write([(k, None) for k in payload_keys])
+        flush(force=True)
         self._write(phase2)
         return removed, before, after, due
 
     # --- rows ----------------------------------------------------------------------------
-    def _rows(self, st: TopicState, from_offset: int, end: int, now: int) -> Iterator[_Row]:
-        """The MessageTable rows covering [from_offset, end), with their messages; stops
-        at a transaction still in progress or committed too recently."""
+    def _rows(
+        self, st: TopicState, from_offset: int, end: int, now: int, decode: bool = True
+    ) -> Iterator[_Row]:
+        """The MessageTable rows covering [from_offset, end), with their messages (none
+        without ``decode``: sizes and times only); stops at a transaction still in
+        progress or committed too recently."""
         house = self._house
         backend = house.backend
         if from_offset > 0:
@@ -418,7 +433,8 @@ class Cleaner:
                 yield _Row(key, value, base, count, ts, len(value), None)
                 continue
             if flags & keys.F_PACKED:
-                yield _Row(key, value, base, count, ts, len(value), keys.unpack_messages(value))
+                msgs = keys.unpack_messages(value) if decode else []
+                yield _Row(key, value, base, count, ts, len(value), msgs)
                 continue
             flags, base, count, wp, ttl, meta, payload = keys.decode_row(value)
             if wp is None:

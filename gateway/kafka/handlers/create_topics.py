@@ -11,6 +11,7 @@ from typing import Any
 
 from kafka.protocol.admin import CreateTopicsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
+from tmsgate.storage import TopicAlreadyExists
 from tmsgate.storage.ids import MAX_PARTITIONS
 
 from ..config import CONFIG_SOURCE, TOPIC_CONFIGS, InvalidConfig, apply_configs, topic_config
@@ -102,15 +103,19 @@ def _configs(props: dict[str, str], default_max: int, defaults: Any) -> list[Any
 async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
     broker = ctx.broker
     name = topic.name
+    exists = Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
     try:
-        props, partitions = await validate(broker, topic)
         broker.topics.topic_id(name)
-        if validate_only:
-            if await broker.topics.get(name) is not None:
-                raise Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-            uuid = None
-        else:
+        # Kafka looks for the topic before its settings: Connect and Streams create their
+        # internal topics every start and take TOPIC_ALREADY_EXISTS as "there".
+        if await broker.topics.get(name) is not None:
+            raise exists
+        props, partitions = await validate(broker, topic)
+        uuid = None
+        if not validate_only:
             uuid = (await broker.topics.create(name, props, partitions)).uuid
+    except TopicAlreadyExists:  # created meanwhile by another request
+        return _Result(name=name, error_code=exists.code, error_message=str(exists))
     except Refused as exc:
         return _Result(name=name, error_code=exc.code, error_message=str(exc))
     except InvalidTopicName as exc:
