@@ -9,7 +9,7 @@ Without --bootstrap it starts its own `tmsgate serve` (LevelDB in a temp dir) wi
 4.1 started with `log.cleaner.backoff.ms=1000` (say so beside the figures).
 
 The workload (1 KiB values, confluent-kafka, acks=all, one partition):
-1. `baseline`: 200,000 records to a plain topic, msgs/s.
+1. `baseline`: 200,000 records to a plain topic, msgs/s (after an untimed warm-up).
 2. `write`: --records records over --keys keys to a compacted topic (cleanup.policy
    compact, segment.bytes 16 MiB, segment.ms 1000, Kafka's defaults otherwise), then
    --tombstones tombstones for distinct keys; after segment.ms one more record (key
@@ -22,6 +22,9 @@ The workload (1 KiB values, confluent-kafka, acks=all, one partition):
    every key: --keys + 1 records), probed every half second; `cleaner_records_per_s` is
    --records + --tombstones over it. Every probe checks that each key it sees holds its
    latest value or a tombstone, in offset order.
+5. With --data-dir (the self-started gateway's store always): its size on disk when
+   clean and --settle-s later (the janitor's pass collects value-log segments every 60 s;
+   Kafka deletes cleaned segments after file.delete.delay.ms, 60 s).
 Progress goes to stderr, one JSON summary to stdout.
 """
 
@@ -41,6 +44,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kafka_clients_bench import (
     ck_common,
+    dir_bytes,
     log,
     proc_cpu_seconds,
     self_started_gateway,
@@ -131,6 +135,7 @@ def probe(bootstrap: str, topic: str, latest: dict[bytes, bytes | None], limit: 
 def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, object]:
     report: dict[str, object] = {}
     plain = [(None, VALUE)] * args.plain
+    produce(bootstrap, create(bootstrap, "warmup", {}), plain[: args.plain // 4])  # untimed
     report["baseline_msgs_per_s"] = round(
         args.plain / produce(bootstrap, create(bootstrap, "base", {}), plain)
     )
@@ -176,6 +181,10 @@ def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, 
     report["during_ratio"] = round(report["during_msgs_per_s"] / report["baseline_msgs_per_s"], 2)  # type: ignore[operator]
     if cpu0 is not None and pid:
         report["broker_cpu_s_until_clean"] = round(proc_cpu_seconds(pid) - cpu0, 1)
+    if args.data_dir:
+        report["data_bytes_when_clean"] = dir_bytes(Path(args.data_dir))
+        time.sleep(args.settle_s)  # the janitor's pass / Kafka's file.delete.delay.ms
+        report[f"data_bytes_{args.settle_s:.0f}s_later"] = dir_bytes(Path(args.data_dir))
     log(f"cleaned in {cleaned:.1f} s; produce during cleaning {report['during_ratio']}x baseline")
     return report
 
@@ -189,6 +198,8 @@ def main() -> None:
     ap.add_argument("--tombstones", type=int, default=1_000)
     ap.add_argument("--plain", type=int, default=PLAIN_RECORDS)
     ap.add_argument("--timeout-s", type=float, default=900)
+    ap.add_argument("--data-dir", help="the broker's data directory, to measure space reclaimed")
+    ap.add_argument("--settle-s", type=float, default=65.0)
     ap.add_argument("--quick", action="store_true", help="100,000 records over 1,000 keys")
     args = ap.parse_args()
     if args.quick:
@@ -198,9 +209,9 @@ def main() -> None:
         out.update(broker=args.bootstrap, **run(args.bootstrap, args, args.broker_pid))
     else:
         gw: dict[str, object] = {}
-        with self_started_gateway(
-            gw, "tmsgate-compaction-bench-", ["--cleaner-backoff-ms", "1000"]
-        ) as bootstrap:
+        extra = ["--cleaner-backoff-ms", "1000"]
+        with self_started_gateway(gw, "tmsgate-compaction-bench-", extra) as bootstrap:
+            args.data_dir = gw["store_dir"]
             out.update(broker="tmsgate", **run(bootstrap, args, int(gw["pid"])))  # type: ignore[arg-type]
         out["gateway"] = gw
     print(json.dumps(out))

@@ -190,6 +190,7 @@ def self_started_gateway(
             wait_for_port(proc, ("127.0.0.1", port))
             log(f"gateway: started pid {proc.pid} on 127.0.0.1:{port}, store {workdir}/store")
             report["pid"] = proc.pid
+            report["store_dir"] = f"{workdir}/store"
             yield f"127.0.0.1:{port}"
         finally:
             report["store_bytes"] = dir_bytes(Path(workdir) / "store")
