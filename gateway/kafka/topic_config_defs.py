@@ -9,8 +9,9 @@ these the gateway acts on, and how, is decided elsewhere (config.py).
 
 Left out on purpose: Kafka's ``internal.segment.bytes`` (an internal, test-only define)
 and the configs 4.0 removed (``message.format.version``,
-``message.timestamp.difference.max.ms``). ``message.downconversion.enable`` is kept: 4.x
-still defines it, as a deprecated no-op.
+``message.timestamp.difference.max.ms``, ``message.downconversion.enable``). The 33 here
+are the 33 a Kafka 4.1.0 broker describes for a topic, with the same defaults (checked
+against one).
 
 ``check`` parses and validates one value as Kafka's ConfigDef does (``parseType`` and
 then the config's validator), with ConfigException's wording, and returns the value as
@@ -218,13 +219,6 @@ _DEFS = (
         "message.max.bytes",
         "Largest record batch, after compression, the topic accepts.",
         min=0,
-    ),
-    _d(
-        "message.downconversion.enable",
-        "BOOLEAN",
-        "true",
-        "log.message.downconversion.enable",
-        "Deprecated no-op since 4.0, which never down-converts; slated for removal in 5.0.",
     ),
     _d(
         "message.timestamp.after.max.ms",
