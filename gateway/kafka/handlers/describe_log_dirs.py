@@ -38,7 +38,7 @@ async def _size(ctx: RequestContext, part: Any) -> int:
 async def _topic(ctx: RequestContext, info: Any, wanted: list[int] | None) -> Any:
     indexes = range(info.partitions) if wanted is None else wanted
     parts = []
-    for index in indexes:
+    async for index in ctx.broker.paced(indexes):
         part = await ctx.broker.topics.partition(info, index)
         if part is None:
             continue
@@ -65,7 +65,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             topics.append(await _topic(ctx, info, None))
     else:
         async for t in ctx.broker.paced(req.topics):
-            info = await ctx.broker.topics.get(t.topic)
+            # Unknown topics, and names no topic can have, are left out (as Kafka does).
+            info, _ = await ctx.broker.topics.resolve(t.topic)
             if info is not None:
                 topics.append(await _topic(ctx, info, list(t.partitions)))
     path, total, usable = await ctx.broker.run(ctx.broker.store.log_dir)

@@ -34,9 +34,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             results.append(_Result(topic=info.name, partition_result=[]))
     else:
         async for t in ctx.broker.paced(req.topic_partitions):
-            info = await ctx.broker.topics.get(t.topic)
+            info, _ = await ctx.broker.topics.resolve(t.topic)  # a bad name: unknown
             parts = []
-            for index in t.partitions:
+            async for index in ctx.broker.paced(t.partitions):
                 if info is None or not 0 <= index < info.partitions:
                     parts.append(
                         _Partition(
