@@ -51,8 +51,17 @@ from .verify import verify
 log = logging.getLogger("tmsgate.migrate")
 MIGRATE_CLIENT_ID = "tmsgate-migrate"  # the target lets only this client id produce
 MIGRATION_SOURCE = "tmsgate.migration.source"
-# Configs tmsgate knows and copies (retention becomes the TMS topic's TTL).
-COPIED_CONFIGS = ("retention.ms", "max.message.bytes")
+# Configs tmsgate honours and copies (retention becomes the TMS topic's TTL; a compacted
+# topic stays compacted: docs/compaction.md).
+COPIED_CONFIGS = (
+    "retention.ms",
+    "max.message.bytes",
+    "cleanup.policy",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
+    "delete.retention.ms",
+)
 FETCH_MAX_BYTES = 32 << 20
 PARTITION_MAX_BYTES = 16 << 20
 FETCH_WAIT_MS = 500
