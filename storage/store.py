@@ -907,7 +907,7 @@ class Store:
             scan = reader.start_for_time(st, start, inclusive)
         else:
             scan = reader.ScanStart(st.msg_prefix)
-        if offset is None and st.start_offset > scan.skip_below_offset:
+        if offset is None and st.start_offset > max(scan.skip_below_offset, 0):
             scan.skip_below_offset = st.start_offset  # below the log start: deleted
         res = reader.read(
             self._backend,
