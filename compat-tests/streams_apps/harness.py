@@ -239,10 +239,21 @@ class Reader:
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"timed out after {timeout:.0f}s waiting for {what}; "
-                    f"{len(self.data())} records read from {self.topic}; reader errors "
+                    f"{len(self.data())} records read from {self.topic} "
+                    f"({self.positions()}); reader errors "
                     f"{self.errors[-3:]}\n" + (app.describe() if app is not None else "")
                 )
             self.drain(0.3)
+
+    def positions(self) -> str:
+        """Per partition: the last offset read and the broker's watermarks (whether the
+        records were not written, or written and not read)."""
+        out = []
+        for tp in self.consumer.assignment():
+            low, high = self.consumer.get_watermark_offsets(tp, timeout=5)
+            last = max((o for p, o, _, _ in self.records if p == tp.partition), default=-1)
+            out.append(f"p{tp.partition}: read up to {last}, watermarks [{low}, {high})")
+        return "; ".join(out)
 
     def read_to_end(self, bootstrap: str, timeout: float = 30.0) -> None:
         """Produce a plain sentinel record to every partition and read up to all of them: the
