@@ -146,6 +146,11 @@ class _Checkpoint:
         return None
 
 
+# Per message of a row: its compaction key (None: keyless), whether it is a tombstone,
+# whether it is already gone (removed before, or past its own TTL).
+Entry = tuple[bytes | None, bool, bool]
+
+
 @dataclass(slots=True)
 class _Row:
     key: bytes
@@ -154,9 +159,17 @@ class _Row:
     count: int
     ts: int
     size: int
-    messages: list[Msg] | None  # None: nothing to clean in it (a gap)
+    entries: list[Entry] | None  # None: nothing to clean in it (a gap)
     wp: int | None = None  # a reference row's write pointer (its PayloadTable rows)
     aborted: bool = False  # an aborted transaction's row: becomes a gap
+    loaded: list[Msg] | None = None  # its messages, once decoded
+
+    def messages(self) -> list[Msg]:
+        """Decoded when a rewrite needs them: a Kafka batch's keys come without building
+        each record's meta (most rows of a compacted topic lose every message)."""
+        if self.loaded is None:
+            self.loaded = keys.unpack_messages(self.value)
+        return self.loaded
 
 
 class Cleaner:
@@ -306,14 +319,11 @@ class Cleaner:
         key_map: dict[bytes, int] = {}
         reached = ck.dirty
         for row in self._rows(st, ck.dirty, end, now):
-            if row.messages is None:
+            if row.entries is None:
                 reached = row.base + row.count
                 continue
-            new_keys = []
-            for i, (_, meta, _) in enumerate(row.messages):
-                k = self._key(meta)
-                if k is not None:
-                    new_keys.append((k, row.base + i))
+            base = row.base
+            new_keys = [(k, base + i) for i, (k, _, _) in enumerate(row.entries) if k is not None]
             if key_map and len(key_map) + len(new_keys) > cap:
                 break
             for k, offset in new_keys:
@@ -353,7 +363,7 @@ class Cleaner:
         for row in self._rows(st, 0, end, now):
             flush()
             before += row.size
-            if row.messages is None:
+            if row.entries is None:
                 after += row.size
                 continue
             if row.aborted:  # never visible again: its offsets become a gap
@@ -365,18 +375,17 @@ class Cleaner:
                 continue
             keep: list[bool] = []
             tombstones: list[int] = []
-            for i, (payload, meta, ttl) in enumerate(row.messages):
+            for i, (k, tombstone, already) in enumerate(row.entries):
                 offset = row.base + i
-                if _is_removed(payload, meta, ttl, row.ts, now):
+                if already:
                     keep.append(False)
                     continue
-                k = self._key(meta)
                 latest = key_map.get(k) if k is not None else None
                 if latest is not None and latest > offset:
                     keep.append(False)
                     continue
                 keep.append(True)
-                if payload is None and k is not None:
+                if tombstone and k is not None:
                     cleaned = ck.first_cleaned_ms(offset) if offset < ck.dirty else None
                     if cleaned is not None and cleaned <= horizon:
                         tombstones.append(i)
@@ -384,7 +393,7 @@ class Cleaner:
                     when = (now if cleaned is None else cleaned) + s.delete_retention_ms
                     due = when if due is None else min(due, when)
             gone = [i for i, kept in enumerate(keep) if not kept]
-            fresh = [i for i in gone if not _is_removed(*row.messages[i], row.ts, now)]
+            fresh = [i for i in gone if not row.entries[i][2]]
             if not gone and row.wp is None and not tombstones:
                 after += row.size
                 continue
@@ -432,13 +441,21 @@ class Cleaner:
             if flags & keys.F_GAP:
                 yield _Row(key, value, base, count, ts, len(value), None)
                 continue
+            if not decode and not flags & keys.F_TX:  # the survey: sizes and times only
+                yield _Row(key, value, base, count, ts, len(value), [])
+                continue
+            if flags == keys.F_KAFKA_BATCH:
+                found = [(self._digest(k), v, False) for k, v in keys.kafka_batch_keys(value)]
+                yield _Row(key, value, base, count, ts, len(value), found)
+                continue
             if flags & keys.F_PACKED:
-                msgs = keys.unpack_messages(value) if decode else []
-                yield _Row(key, value, base, count, ts, len(value), msgs)
+                msgs = keys.unpack_messages(value)
+                yield self._row(key, value, base, count, ts, len(value), msgs, now)
                 continue
             flags, base, count, wp, ttl, meta, payload = keys.decode_row(value)
             if wp is None:
-                yield _Row(key, value, base, count, ts, len(value), [(payload, meta, ttl)])
+                msgs = [(payload, meta, ttl)]
+                yield self._row(key, value, base, count, ts, len(value), msgs, now)
                 continue
             vis = tx.visibility_now(wp)
             if vis is Visibility.HOLD or (vis is Visibility.ACCEPT and ts > now - TX_SETTLE_MS):
@@ -449,7 +466,8 @@ class Cleaner:
                 yield _Row(key, value, base, count, ts, len(value), [], ref, aborted=True)
                 continue
             if not reference:
-                yield _Row(key, value, base, count, ts, len(value), [(payload, meta, ttl)])
+                msgs = [(payload, meta, ttl)]
+                yield self._row(key, value, base, count, ts, len(value), msgs, now)
                 continue
             msgs, size = self._payload_messages(st, wp)
             if len(msgs) != count:  # not what the row says: leave it alone
@@ -462,7 +480,26 @@ class Cleaner:
                 )
                 yield _Row(key, value, base, count, ts, len(value), None)
                 continue
-            yield _Row(key, value, base, count, ts, len(value) + size, msgs, wp)
+            row = self._row(key, value, base, count, ts, len(value) + size, msgs, now)
+            row.wp = wp
+            yield row
+
+    def _row(
+        self,
+        key: bytes,
+        value: bytes,
+        base: int,
+        count: int,
+        ts: int,
+        size: int,
+        msgs: list[Msg],
+        now: int,
+    ) -> _Row:
+        found = [
+            (self._key(meta), payload is None, _is_removed(payload, meta, ttl, ts, now))
+            for payload, meta, ttl in msgs
+        ]
+        return _Row(key, value, base, count, ts, size, found, loaded=msgs)
 
     def _payload_messages(self, st: TopicState, wp: int) -> tuple[list[Msg], int]:
         prefix = st.payload_prefix + keys.U64.pack(abs(wp))
@@ -482,6 +519,11 @@ class Cleaner:
             k = self._key_of(meta)
         except Exception:  # a meta that does not decode has no key we can compare
             return None
+        return self._digest(k)
+
+    @staticmethod
+    def _digest(k: bytes | memoryview | None) -> bytes | None:
+        """What the key map holds of a key: short keys as they are, others hashed."""
         if k is None:
             return None
         k = bytes(k)
@@ -527,10 +569,9 @@ def _rewritten(row: _Row, keep: list[bool]) -> bytes:
     """The row with only the kept messages (same key, first offset and count)."""
     if not any(keep):
         return keys.encode_gap(row.base, row.count)
-    assert row.messages is not None
     parts = [_HEAD.pack(keys.F_PACKED | keys.F_PAYLOAD, row.base, row.count)]
     pack = keys.PACKED.pack
-    for kept, (payload, meta, ttl) in zip(keep, row.messages, strict=True):
+    for kept, (payload, meta, ttl) in zip(keep, row.messages(), strict=True):
         if not kept:
             parts.append(_PLACEHOLDER)
             continue

@@ -17,7 +17,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 
-from tmsgate.protocol import CorruptRecords, batch_messages, iter_batch_messages
+from tmsgate.protocol import (
+    CorruptRecords,
+    batch_messages,
+    iter_batch_messages,
+    iter_batch_records,
+)
 
 from .errors import StorageError
 from .ids import TopicId
@@ -288,6 +293,15 @@ def unpack_messages(value: bytes) -> list[tuple[bytes | None, bytes | None, int 
         pos += max(p, 0)
         out.append((payload, meta, None if ttl < 0 else ttl))
     return out
+
+
+def kafka_batch_keys(value: bytes) -> list[tuple[bytes | None, bool]]:
+    """(record key, whether its value is null) of each record of an F_KAFKA_BATCH row,
+    without building each record's meta: what compaction needs of most rows."""
+    try:
+        return [(k, v is None) for k, v, _, _ in iter_batch_records(kafka_batch_of(value))]
+    except CorruptRecords as exc:
+        raise StorageError(f"a stored Kafka batch is damaged: {exc}") from exc
 
 
 def iter_messages(
