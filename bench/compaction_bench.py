@@ -231,6 +231,9 @@ def main() -> None:
     ap.add_argument("--timeout-s", type=float, default=900)
     ap.add_argument("--data-dir", help="the broker's data directory, to measure space reclaimed")
     ap.add_argument("--settle-s", type=float, default=65.0)
+    ap.add_argument(
+        "--cleaner-max-share", type=float, default=0.5, help="the gateway's --cleaner-max-share"
+    )
     ap.add_argument("--quick", action="store_true", help="100,000 records over 1,000 keys")
     args = ap.parse_args()
     if args.quick:
@@ -240,7 +243,7 @@ def main() -> None:
         out.update(broker=args.bootstrap, **run(args.bootstrap, args, args.broker_pid))
     else:
         gw: dict[str, object] = {}
-        extra = ["--cleaner-backoff-ms", "1000"]
+        extra = ["--cleaner-backoff-ms", "1000", "--cleaner-max-share", str(args.cleaner_max_share)]
         with self_started_gateway(gw, "tmsgate-compaction-bench-", extra) as bootstrap:
             args.data_dir = gw["store_dir"]
             out.update(broker="tmsgate", **run(bootstrap, args, int(gw["pid"])))  # type: ignore[arg-type]

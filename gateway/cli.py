@@ -253,8 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, env, default, help_ in _CLEANER_OPTIONS:
         s.add_argument(
             flag,
-            type=float if "ratio" in flag else int,
-            default=(float if "ratio" in flag else int)(_env(env, default) or 0),
+            type=float if "ratio" in flag or "share" in flag else int,
+            default=(float if "ratio" in flag or "share" in flag else int)(_env(env, default) or 0),
             help=f"{help_} (env {env})",
         )
     s.add_argument(
@@ -307,6 +307,13 @@ _CLEANER_OPTIONS = (
         "TMSGATE_CLEANER_BACKOFF_MS",
         "15000",
         "pause between the cleaner's runs over the compacted topics (log.cleaner.backoff.ms)",
+    ),
+    (
+        "--cleaner-max-share",
+        "TMSGATE_CLEANER_MAX_SHARE",
+        "0.5",
+        "the most of its time the cleaner works while it runs, sleeping the rest, so that "
+        "produce and fetch keep the interpreter lock (1: no pauses)",
     ),
     (
         "--log-cleaner-min-cleanable-ratio",
@@ -366,6 +373,7 @@ def _compaction(args: argparse.Namespace) -> tuple[object, tuple[tuple[str, str]
         **fields,
         buffer_bytes=max(1, args.cleaner_buffer_mb) << 20,
         backoff_ms=max(100, args.cleaner_backoff_ms),
+        max_share=min(max(args.cleaner_max_share, 0.05), 1.0),
     )
     defaults = tuple(
         (name, str(getattr(settings, f)))
