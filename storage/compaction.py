@@ -47,13 +47,17 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import keys, reader
 from .backend import Mutation
+from .errors import TopicNotFound
 from .ids import TopicId, TopicMetadata
 from .topics import TopicState
 from .transactions import Visibility
+
+if TYPE_CHECKING:  # janitor.py runs the cleaner: imported for the type only
+    from .janitor import Housekeeping
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +190,7 @@ class Cleaner:
 
     def __init__(
         self,
-        house: Any,  # janitor.Housekeeping (imported there: no cycle)
+        house: Housekeeping,
         settings: CompactionSettings,
         key_of: KeyOf,
         rewritten: Callable[[TopicMetadata], None] | None = None,
@@ -196,6 +200,8 @@ class Cleaner:
         self._key_of = key_of
         self._rewritten = rewritten
         self.stats: dict[TopicId, TopicCleanerStats] = {}
+        # Per topic: (generation, the dirty rows a survey read), see _survey.
+        self._surveyed: dict[TopicId, tuple[int, list[tuple[int, int, int]]]] = {}
         self._slice_started = time.perf_counter()
 
     def _pace(self) -> None:
@@ -217,10 +223,8 @@ class Cleaner:
                 continue
             try:
                 removed, reclaimed = self.clean(md)
-            except Exception as exc:  # one topic's failure must not stop the others
-                if type(exc).__name__ == "TopicNotFound":
-                    continue
-                raise
+            except TopicNotFound:
+                continue  # deleted meanwhile
             if removed or reclaimed:
                 totals["compacted_topics"] += 1
                 totals["messages_removed"] += removed
@@ -310,11 +314,17 @@ class Cleaner:
         """(cleanable end offset, its dirty bytes, publish time of its oldest message)."""
         lag_cut = now - s.min_compaction_lag_ms
         seg_cut = now - s.segment_ms
-        rows: list[tuple[int, int, int]] = []  # (end offset, size, ts) of each dirty row
-        for row in self._rows(st, ck.dirty, st.visible_offset, now, decode=False):
+        # (end offset, size, ts) of each dirty row, kept from the last survey: a topic's
+        # head (up to segment.bytes, a GiB by default) is read once, not every run.
+        gen = st.metadata.generation
+        known = self._surveyed.get(st.topic)
+        rows = [r for r in known[1] if r[0] > ck.dirty] if known and known[0] == gen else []
+        start = rows[-1][0] if rows else ck.dirty
+        for row in self._rows(st, start, st.visible_offset, now, decode=False):
             if row.ts > lag_cut:
                 break
             rows.append((row.base + row.count, row.size, row.ts))
+        self._surveyed[st.topic] = (gen, rows)
         # The head: the newest rows, under segment.bytes together, published within
         # segment.ms; the cleanable part ends where it begins.
         tail = 0

@@ -23,7 +23,7 @@ _sizes: dict[Any, tuple[float, int]] = {}
 
 
 async def _size(ctx: RequestContext, part: Any) -> int:
-    key = (part.id, part.metadata.generation)
+    key = (id(ctx.broker.store), part.id, part.metadata.generation)
     hit = _sizes.get(key)
     now = time.monotonic()
     if hit is not None and hit[0] > now:
