@@ -14,31 +14,15 @@ when a running gateway holds it locked.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
-from tmsgate.storage import StorageError, Store, TopicId, TopicNotFound
+from tmsgate.storage import StorageError
 
 from .inspect_cli import common_arguments, open_for_reading
-from .kafka.groups.codec import (
-    GROUPS_AREA,
-    OFFSETS_AREA,
-    CommittedOffset,
-    CorruptState,
-    GroupRecord,
-    assignment_partitions,
-    decode_group,
-    decode_offset,
-    group_key,
-    offsets_prefix,
-    parse_offset_key,
-)
-
-CONSUMER = "consumer"
+from .kafka.groups.codec import CorruptState
+from .views import GroupsView
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -55,123 +39,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     groups.set_defaults(func=cmd_groups)
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetRow:
-    topic: str
-    partition: int
-    committed: CommittedOffset
-    high_watermark: int | None  # None: the topic generation is gone (stale offset)
-
-    @property
-    def lag(self) -> int | None:
-        if self.high_watermark is None:
-            return None
-        return max(0, self.high_watermark - self.committed.offset)
-
-
-class GroupView:
-    """The durable state of the groups of one store."""
-
-    def __init__(self, store: Store, namespace: str) -> None:
-        self.store = store
-        self.namespace = namespace
-        self._topics: dict[tuple[str, int], tuple[bytes, int] | None] = {}
-
-    def group_ids(self) -> list[str]:
-        ids = {unquote(key) for key, _ in self.store.scan_state(GROUPS_AREA)}
-        for key, _ in self.store.scan_state(OFFSETS_AREA):
-            try:
-                ids.add(parse_offset_key(key)[0])
-            except CorruptState:
-                continue
-        return sorted(ids)
-
-    def record(self, group_id: str) -> GroupRecord | None:
-        raw = self.store.get_state(GROUPS_AREA, group_key(group_id))
-        return None if raw is None else decode_group(group_id, raw)
-
-    def offsets(self, group_id: str) -> list[OffsetRow]:
-        rows = []
-        for key, raw in self.store.scan_state(OFFSETS_AREA, offsets_prefix(group_id)):
-            _group, topic, partition = parse_offset_key(key)
-            committed = decode_offset(raw)
-            current = self._topic(topic, partition)
-            live = current is not None and current[0] == committed.topic_uuid
-            rows.append(OffsetRow(topic, partition, committed, current[1] if live else None))
-        return sorted(rows, key=lambda r: (r.topic, r.partition))
-
-    def _topic(self, name: str, partition: int) -> tuple[bytes, int] | None:
-        """(topic uuid, the partition's high watermark) of the topic's current generation
-        (the uuid is partition 0's: the Kafka topic's, which committed offsets keep)."""
-        key = (name, partition)
-        if key not in self._topics:
-            try:
-                md = self.store.get_topic(TopicId(self.namespace, name))
-                tid = TopicId.of_partition(self.namespace, name, partition)
-                self._topics[key] = (bytes(md.topic_uuid), self.store.offsets(tid)[1])
-            except (TopicNotFound, ValueError):
-                self._topics[key] = None
-        return self._topics[key]
-
-    def summary(self, group_id: str) -> dict[str, Any]:
-        rec = self.record(group_id)
-        offsets = self.offsets(group_id)
-        lags = [r.lag for r in offsets if r.lag is not None]
-        return {
-            "group": group_id,
-            "state": _state(rec),
-            "generation": rec.generation if rec else 0,
-            "protocol_type": (rec.protocol_type or "") if rec else "",
-            "protocol": (rec.protocol_name or "") if rec else "",
-            "members": len(rec.members) if rec else 0,
-            "offsets": len(offsets),
-            "lag": sum(lags) if lags else None,
-        }
-
-    def describe(self, group_id: str) -> dict[str, Any] | None:
-        rec = self.record(group_id)
-        offsets = self.offsets(group_id)
-        if rec is None and not offsets:
-            return None
-        doc = self.summary(group_id)
-        doc["leader"] = rec.leader_id if rec else None
-        doc["since"] = _iso(rec.state_ms) if rec else None
-        doc["members"] = [
-            {
-                "member_id": m.member_id,
-                "instance_id": m.instance_id,
-                "client_id": m.client_id,
-                "client_host": m.client_host,
-                "session_timeout_ms": m.session_timeout_ms,
-                "assignment": _assignment(rec, m.assignment),
-            }
-            for m in (rec.members if rec else ())
-        ]
-        doc["offsets"] = [
-            {
-                "topic": r.topic,
-                "partition": r.partition,
-                "committed": r.committed.offset,
-                "high_watermark": r.high_watermark,
-                "lag": r.lag,
-                "metadata": r.committed.metadata,
-                "committed_at": _iso(r.committed.commit_ms),
-                "stale": r.high_watermark is None,
-            }
-            for r in offsets
-        ]
-        return doc
-
-
 def cmd_groups(args: argparse.Namespace) -> int:
     with open_for_reading(args.store) as store:
-        view = GroupView(store, args.namespace)
+        view = GroupsView(store, args.namespace)
         if args.groups_command == "list":
             return _list(view, args.json)
         return _describe(view, args.group, args.json)
 
 
-def _list(view: GroupView, as_json: bool) -> int:
+def _list(view: GroupsView, as_json: bool) -> int:
     rows = [view.summary(g) for g in view.group_ids()]
     if as_json:
         for row in rows:
@@ -196,7 +72,7 @@ def _list(view: GroupView, as_json: bool) -> int:
     return 0
 
 
-def _describe(view: GroupView, group_ids: list[str], as_json: bool) -> int:
+def _describe(view: GroupsView, group_ids: list[str], as_json: bool) -> int:
     status = 0
     for group_id in group_ids:
         doc = view.describe(group_id)
@@ -247,18 +123,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _state(rec: GroupRecord | None) -> str:
-    return "Stable" if rec is not None and rec.members else "Empty"
-
-
-def _assignment(rec: GroupRecord | None, raw: bytes) -> Any:
-    if rec is not None and rec.protocol_type == CONSUMER:
-        parts = assignment_partitions(raw)
-        if parts is not None:
-            return [f"{topic}-{p}" for topic, partitions in parts for p in partitions]
-    return {"bytes": len(raw)}
-
-
 def _show(assignment: Any) -> str:
     if isinstance(assignment, list):
         return ",".join(assignment) or "(none)"
@@ -269,7 +133,3 @@ def _print_table(rows: list[tuple[str, ...]], indent: str = "") -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print(indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-
-
-def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
