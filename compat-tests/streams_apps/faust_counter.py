@@ -5,7 +5,8 @@
 Counts the records per key of IN_TOPIC (PARTITIONS partitions) in the Table ``counts`` (store
 ``memory://``: nothing local survives a restart, so a restarted worker rebuilds the table from
 its compacted changelog topic ``<APP_ID>-counts-changelog``), and for every input record sends
-``{"key": K, "count": N}`` with key K to OUT_TOPIC, N the table's new count for K. Runs until
+``{"key": K, "count": N, "p": P, "o": O}`` with key K to OUT_TOPIC, N the table's new
+count for K, P and O the input record's partition and offset. Runs until
 stopped (SIGTERM: faust's clean shutdown, offsets committed). Logs go to stderr.
 """
 
@@ -16,9 +17,42 @@ import sys
 import faust
 
 
+def _trace_fetches(in_name: str) -> None:
+    """Log every fetched range and every seek of the input topic (TMSGATE_FAUST_TRACE=1):
+    what the gateway answered, beside what faust processed."""
+    import logging
+
+    from aiokafka.consumer import fetcher, subscription_state
+
+    log = logging.getLogger("trace")
+    init = fetcher.PartitionRecords.__init__
+
+    def traced_init(self, tp, records, aborted, fetch_offset, *args, **kwargs):
+        init(self, tp, records, aborted, fetch_offset, *args, **kwargs)
+        if tp.topic == in_name:
+            log.warning(
+                "FETCH %s fetch_offset=%d bytes=%d", tp, fetch_offset, records.size_in_bytes()
+            )
+
+    fetcher.PartitionRecords.__init__ = traced_init
+    state = subscription_state.TopicPartitionState
+    for name in ("seek", "reset_to"):
+        original = getattr(state, name)
+
+        def traced(self, position, _name=name, _original=original):
+            log.warning("%s state=%x %s -> %d", _name.upper(), id(self), self._position, position)
+            return _original(self, position)
+
+        setattr(state, name, traced)
+
+
 def main() -> None:
     bootstrap, app_id, in_name, out_name, partitions, data_dir = sys.argv[1:7]
     partitions = int(partitions)
+    import os
+
+    if os.environ.get("TMSGATE_FAUST_TRACE"):
+        _trace_fetches(in_name)
     app = faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
@@ -50,7 +84,9 @@ def main() -> None:
         async for event in stream.events():
             key = event.key.decode()
             counts[key] += 1
-            await sink.send(key=event.key, value={"key": key, "count": counts[key]})
+            # The input's place, for a check that finds an input without output.
+            where = {"p": event.message.partition, "o": event.message.offset}
+            await sink.send(key=event.key, value={"key": key, "count": counts[key], **where})
 
     sys.argv = [sys.argv[0], "worker", "--loglevel", "info", "--without-web"]
     app.main()
