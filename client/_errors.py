@@ -62,6 +62,11 @@ class TopicNotFound(NotFound):
     pass
 
 
+class NamespaceNotFound(TopicNotFound):
+    """404 namespace_not_found: no topic there, so none of the one asked for either
+    (a TopicNotFound, as gateways before this answer said)."""
+
+
 class Conflict(TmsError):
     """409."""
 
@@ -136,7 +141,7 @@ def error_from_response(
     message = str(body.get("message") or content[:200].decode("utf-8", "replace") or status)
     cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else TmsError)
     if status == 404:
-        cls = not_found
+        cls = NamespaceNotFound if kind == "namespace_not_found" else not_found
     elif status == 409:
         # A state field means the write pointer was the problem, whatever the endpoint.
         cls = TransactionConflict if "state" in body else conflict

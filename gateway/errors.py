@@ -53,6 +53,18 @@ class TransactionOwned(ValueError):
         self.transactional_id = transactional_id
 
 
+class NamespaceNotFound(LookupError):
+    """An HTTP request in a namespace that does not exist: one exists while it holds a
+    topic, and the gateway's Kafka namespace always does (docs/http-api.md)."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(
+            f"namespace {namespace!r} does not exist: it has no topics (PUT "
+            f"/v1/namespaces/{namespace}/topics/NAME creates one, and so the namespace)"
+        )
+        self.namespace = namespace
+
+
 class NotInCluster(RuntimeError):
     """What a gateway does not serve yet while several share the store (``--cluster``):
     transactions (docs/deploy.md, "Several gateways")."""
@@ -72,6 +84,10 @@ _TABLE: tuple[tuple[type[BaseException], ErrorKind], ...] = (
     (NotLeader, ErrorKind(ErrorCode.NOT_LEADER_OR_FOLLOWER, 421, "not_leader")),
     (NotInCluster, ErrorKind(ErrorCode.UNSUPPORTED_VERSION, 501, "not_in_cluster")),
     (TopicNotFound, ErrorKind(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 404, "topic_not_found")),
+    (
+        NamespaceNotFound,
+        ErrorKind(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 404, "namespace_not_found"),
+    ),
     (TopicAlreadyExists, ErrorKind(ErrorCode.TOPIC_ALREADY_EXISTS, 409, "topic_exists")),
     (InvalidTopicProperties, ErrorKind(ErrorCode.INVALID_CONFIG, 400, "invalid_properties")),
     # Not in progress: committed, aborted, timed out or unknown (the body says which).

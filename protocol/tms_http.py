@@ -11,16 +11,23 @@ No I/O. Two codecs with the same methods, picked by content type (``codec_for``)
   points 0-255 are the bytes (ISO-8859-1); a union value is ``{"long": 5}``, and a bare
   ``5`` is accepted too; a missing nullable field is null, a missing field with a default
   takes the default; an unknown field is refused (a misspelt ``transactionWritePointer``
-  would otherwise publish outside the transaction).
+  would otherwise publish outside the transaction). Message lists carry each id in hex
+  too (``idHex``).
+- ``json_codec("utf-8")``, ``json_codec("base64")``: the same, but payloads (a
+  PublishRequest's messages, a Message's payload) are text stored as its UTF-8 bytes, or
+  base64. A payload that is not UTF-8 is answered in base64 in a utf-8 list, flagged by
+  its ``payloadEncoding``. Ids and encoded transactions stay Avro JSON bytes.
 
 Every decoding failure raises ``BodyError`` naming the field and the type it expected.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
@@ -103,6 +110,8 @@ class ConsumeRequest(NamedTuple):
 
 
 Message = tuple[bytes, bytes]  # (id, payload)
+# How JSON bodies carry payloads (?payload= of the HTTP API); avro: the seed's Avro JSON.
+PAYLOAD_MODES = ("avro", "utf-8", "base64")
 
 
 # --- Avro binary: strict readers of the scalar fields ---------------------------------------
@@ -393,6 +402,29 @@ class _Fields:
                 f"found U+{bad:04X} at index {exc.start}"
             ) from None
 
+    def text(self, field: str, value: object) -> bytes:
+        """A payload given as text: its UTF-8 bytes."""
+        if type(value) is not str:
+            raise self.fail(field, "text (a string)", value)
+        try:
+            return value.encode()
+        except UnicodeEncodeError as exc:  # JSON's "\ud800" escapes allow lone surrogates
+            bad = ord(value[exc.start])
+            raise BodyError(
+                f"{self.record}.{field}: expected text, found the lone surrogate "
+                f"U+{bad:04X} at index {exc.start} (not a character: no UTF-8 for it)"
+            ) from None
+
+    def base64(self, field: str, value: object) -> bytes:
+        if type(value) is not str:
+            raise self.fail(field, "base64 (a string)", value)
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise BodyError(
+                f"{self.record}.{field}: expected base64 (A-Z a-z 0-9 + /, = padding): {exc}"
+            ) from None
+
     def union(self, field: str, branches: tuple[str, ...]) -> tuple[str, object]:
         """-> (branch, value). Missing or null is the null branch (every union here has it);
         ``{"long": 5}`` names its branch; a bare value takes the branch its JSON type fits."""
@@ -425,19 +457,52 @@ def _long_union(value: int | None) -> object:
     return None if value is None else {"long": value}
 
 
+_ARRAY_OF = {
+    "avro": "an array of bytes",
+    "utf-8": "an array of text",
+    "base64": "an array of base64",
+}
+
+
+def _utf8_or_base64(payload: bytes) -> tuple[str, str]:
+    """-> (text, how): a utf-8 list answers bytes that are not UTF-8 in base64, flagged,
+    rather than refusing the poll (a consumer could never get past such a message) or
+    replacing bytes with U+FFFD (which would lose them without a trace)."""
+    try:
+        return payload.decode(), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(payload).decode("ascii"), "base64"
+
+
 class JsonCodec:
+    """Avro JSON; ``payload`` is how payloads are written (one of PAYLOAD_MODES)."""
+
     content_type = JSON_CONTENT_TYPE
 
-    @staticmethod
-    def decode_publish_request(body: bytes) -> PublishRequest:
+    def __init__(self, payload: str = "avro") -> None:
+        if payload not in PAYLOAD_MODES:
+            raise ValueError(f"payload: expected one of {list(PAYLOAD_MODES)}, got {payload!r}")
+        self.payload = payload
+        self._read: Callable[[_Fields, str, object], bytes] = {
+            "avro": _Fields.bytes,
+            "utf-8": _Fields.text,
+            "base64": _Fields.base64,
+        }[payload]
+
+    def __repr__(self) -> str:
+        return f"JsonCodec(payload={self.payload!r})"
+
+    def decode_publish_request(self, body: bytes) -> PublishRequest:
         f = _Fields(_loads(body, "PublishRequest"), "PublishRequest", _PUBLISH_REQUEST_FIELDS)
         _, wp = f.union("transactionWritePointer", ("long", "null"))
         if wp is not None:
             wp = f.long("transactionWritePointer", wp)
-        raw = f.required("messages", "an array of bytes")
+        expected = _ARRAY_OF[self.payload]
+        raw = f.required("messages", expected)
         if type(raw) is not list:
-            raise f.fail("messages", "an array of bytes", raw)
-        messages = [f.bytes(f"messages[{i}]", m) for i, m in enumerate(raw)]
+            raise f.fail("messages", expected, raw)
+        read = self._read
+        messages = [read(f, f"messages[{i}]", m) for i, m in enumerate(raw)]
         return PublishRequest(wp, messages)
 
     @staticmethod
@@ -481,20 +546,48 @@ class JsonCodec:
         record["transactionWritePointer"] = _long_union(resp.write_pointer)
         return _dumps(record)
 
-    @staticmethod
-    def encode_messages(messages: Iterable[Message]) -> bytes:
-        return _dumps(
-            [{"id": mid.decode("latin-1"), "payload": p.decode("latin-1")} for mid, p in messages]
-        )
+    def encode_messages(self, messages: Iterable[Message]) -> bytes:
+        if self.payload == "avro":
+            return _dumps(
+                [
+                    {
+                        "id": mid.decode("latin-1"),
+                        "idHex": mid.hex(),
+                        "payload": p.decode("latin-1"),
+                    }
+                    for mid, p in messages
+                ]
+            )
+        out = []
+        for mid, p in messages:
+            if self.payload == "utf-8":
+                text, how = _utf8_or_base64(p)
+            else:
+                text, how = base64.b64encode(p).decode("ascii"), "base64"
+            out.append(
+                {
+                    "id": mid.decode("latin-1"),
+                    "idHex": mid.hex(),
+                    "payload": text,
+                    "payloadEncoding": how,
+                }
+            )
+        return _dumps(out)
 
-    @staticmethod
-    def encode_publish_request(req: PublishRequest) -> bytes:
+    def encode_publish_request(self, req: PublishRequest) -> bytes:
         return _dumps(
             {
                 "transactionWritePointer": _long_union(req.write_pointer),
-                "messages": [m.decode("latin-1") for m in req.messages],
+                "messages": [self._write_payload(m) for m in req.messages],
             }
         )
+
+    def _write_payload(self, payload: bytes) -> str:
+        if self.payload == "avro":
+            return payload.decode("latin-1")
+        if self.payload == "utf-8":
+            return payload.decode()  # UnicodeDecodeError: not text, say base64
+        return base64.b64encode(payload).decode("ascii")
 
     @staticmethod
     def encode_consume_request(req: ConsumeRequest) -> bytes:
@@ -513,8 +606,7 @@ class JsonCodec:
             }
         )
 
-    @staticmethod
-    def decode_messages(body: bytes) -> list[Message]:
+    def decode_messages(self, body: bytes) -> list[Message]:
         try:
             doc = json.loads(body)
         except (ValueError, RecursionError) as exc:
@@ -525,11 +617,13 @@ class JsonCodec:
         for i, item in enumerate(doc):
             if type(item) is not dict:
                 raise BodyError(f"Message[{i}]: expected an object, got {_json_type(item)}")
-            f = _Fields(item, f"Message[{i}]", ("id", "payload"))
+            f = _Fields(item, f"Message[{i}]", ("id", "idHex", "payload", "payloadEncoding"))
+            how = item.get("payloadEncoding", self.payload)
+            read = {"utf-8": _Fields.text, "base64": _Fields.base64}.get(how, _Fields.bytes)
             out.append(
                 (
                     f.bytes("id", f.required("id", "bytes")),
-                    f.bytes("payload", f.required("payload", "bytes")),
+                    read(f, "payload", f.required("payload", "a payload")),
                 )
             )
         return out
@@ -545,8 +639,14 @@ _CONSUME_REQUEST_FIELDS = _names(CONSUME_REQUEST_SCHEMA)
 
 AVRO = AvroCodec()
 JSON = JsonCodec()
+_JSON_BY_PAYLOAD = {"avro": JSON, "utf-8": JsonCodec("utf-8"), "base64": JsonCodec("base64")}
 Codec = AvroCodec | JsonCodec
 _BY_TYPE: dict[str, Codec] = {AVRO_CONTENT_TYPE: AVRO, JSON_CONTENT_TYPE: JSON}
+
+
+def json_codec(payload: str = "avro") -> JsonCodec:
+    """The JSON codec whose payloads are ``payload`` (one of PAYLOAD_MODES; else KeyError)."""
+    return _JSON_BY_PAYLOAD[payload]
 
 
 def media_type(header: str | None) -> str:

@@ -36,10 +36,10 @@ from tmsgate.gateway.acls import (
     Permission,
     ResourceType,
 )
-from tmsgate.gateway.http.access import PERMISSIONS, On
+from tmsgate.gateway.http.app import openapi_document, route_table
 from tmsgate.gateway.http.auth import CACHE_TTL_S
 from tmsgate.gateway.http.config import HttpConfig
-from tmsgate.gateway.http.openapi import openapi_document
+from tmsgate.gateway.http.routes import On
 from tmsgate.gateway.http.server import check_tls
 from tmsgate.gateway.kafka import GatewayConfig
 from tmsgate.gateway.services import ServeConfig, Services, serve
@@ -249,14 +249,14 @@ def payloads(client: httpx.Client, topic: str, namespace: str = "default") -> li
 
 
 # --- the table and the open routes --------------------------------------------------------
-def test_every_route_has_a_permission_entry(gw: Gateway) -> None:
+def test_the_open_routes(gw: Gateway) -> None:
     assert gw.services is not None and gw.services.http_server is not None
-    routes = [r.path for r in gw.services.http_server.app.routes]  # built: every name known
-    assert len(routes) == len(DOCUMENT["paths"])
-    assert {n for n, need in PERMISSIONS.items() if need.on is On.NOTHING} == {
+    assert {r.handler for _, r in route_table() if r.need.on is On.NOTHING} == {
         "healthz",
         "readyz",
         "openapi",
+        "docs_page",
+        "docs_asset",
     }
 
 
@@ -344,6 +344,27 @@ def test_without_authentication_everyone_is_anonymous(anonymous: Gateway) -> Non
         assert publish(http, topic, ["x"]).status_code == 200
         assert http.get(TOPICS.format(namespace="default")).json() == [topic]
         assert http.get("/healthz").status_code == 200
+
+
+def test_create_auto_needs_create_when_the_topic_is_missing(anonymous: Gateway) -> None:
+    """?create=auto asks what Kafka's auto-create asks, CREATE on the topic or the
+    cluster, besides WRITE; and only when there is a topic to create."""
+    topic = f"auto-{uuid.uuid4().hex[:8]}"
+    anonymous.grant("ANONYMOUS", ResourceType.TOPIC, topic, Operation.WRITE)
+    auto = {"create": "auto"}
+    with httpx.Client(base_url=anonymous.url, timeout=30) as http:
+        resp = http.post(topic_url(topic, "publish"), params=auto, json={"messages": ["x"]})
+        assert refused(resp, 403) == f"User:ANONYMOUS may not CREATE TOPIC '{topic}' (?create=auto)"
+        assert anonymous.store.peek_topic(TopicId("default", topic)) is None  # nothing made
+        anonymous.grant("ANONYMOUS", ResourceType.TOPIC, topic, Operation.CREATE)
+        resp = http.post(topic_url(topic, "publish"), params=auto, json={"messages": ["x"]})
+        assert resp.status_code == 200, resp.text
+        # Once it exists, WRITE is enough, create=auto or not.
+        other = f"auto-{uuid.uuid4().hex[:8]}"
+        anonymous.services.store.create_topic(TopicId("default", other))  # type: ignore[union-attr]
+        anonymous.grant("ANONYMOUS", ResourceType.TOPIC, other, Operation.WRITE)
+        resp = http.post(topic_url(other, "publish"), params=auto, json={"messages": ["y"]})
+        assert resp.status_code == 200, resp.text
 
 
 def test_revoked_expired_and_deleted_users_tokens_are_refused(

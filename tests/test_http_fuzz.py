@@ -35,7 +35,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from tmsgate.gateway.http.openapi import openapi_document
+from tmsgate.gateway.http.app import openapi_document
 from tmsgate.protocol.tms_http import AVRO, ConsumeRequest, PublishRequest, PublishResponse
 
 CHECKS = [
@@ -121,6 +121,18 @@ CASES = [
     or (("{topic}" in path or "{wp}" in path) and (mode == "positive" or "requestBody" in op))
 ]
 FUZZ_TOPIC = "fuzzed"
+
+
+def test_query_parameters_are_described_and_so_fuzzed() -> None:
+    """?payload= and ?create= are in the document, so schemathesis draws them (valid and
+    not) for every operation that takes them."""
+    topic = "/v1/namespaces/{namespace}/topics/{topic}"
+    taken = {
+        action: {p["name"] for p in DOCUMENT["paths"][f"{topic}/{action}"]["post"]["parameters"]}
+        for action in ("publish", "store", "poll")
+    }
+    assert taken["publish"] >= {"payload", "create"} and taken["store"] >= {"payload", "create"}
+    assert "payload" in taken["poll"] and "create" not in taken["poll"]
 
 
 def pinned_parameters(gw: GatewayThread, path: str) -> dict[str, Any]:

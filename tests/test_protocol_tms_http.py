@@ -108,8 +108,8 @@ def test_messages_golden() -> None:
     assert AVRO.encode_messages([]) == b"\x00"
     assert AVRO.encode_messages(msgs) == avro
     assert AVRO.decode_messages(avro) == msgs
-    text = json.dumps([{"id": ID.decode("latin-1"), "payload": "p"}], ensure_ascii=False)
-    assert json.loads(JSON.encode_messages(msgs[:1])) == json.loads(text)
+    one = {"id": ID.decode("latin-1"), "idHex": ID.hex(), "payload": "p"}
+    assert json.loads(JSON.encode_messages(msgs[:1])) == [one]
     assert JSON.decode_messages(JSON.encode_messages(msgs)) == msgs
 
 
@@ -190,7 +190,10 @@ def test_messages_match_fastavro(msgs: list[tuple[bytes, bytes]]) -> None:
     assert AVRO.encode_messages(msgs) == fastavro_binary(t.MESSAGES_SCHEMA, records)
     assert AVRO.decode_messages(AVRO.encode_messages(msgs)) == msgs
     text = fastavro_json(t.MESSAGES_SCHEMA, records)
-    assert json.loads(JSON.encode_messages(msgs)) == json.loads(text)
+    # The seed's fields as fastavro writes them, and each id in hex beside them.
+    answered = json.loads(JSON.encode_messages(msgs))
+    assert [m.pop("idHex") for m in answered] == [i.hex() for i, _ in msgs]
+    assert answered == json.loads(text)
     assert JSON.decode_messages(JSON.encode_messages(msgs)) == msgs
 
 
@@ -404,9 +407,10 @@ def test_codec_for(header: str | None, codec: Any) -> None:
 
 
 # --- fuzz: nothing but BodyError escapes a decoder -------------------------------------------
+JSON_CODECS = [t.json_codec(mode) for mode in t.PAYLOAD_MODES]
 DECODERS = [
     decoder(c, w)
-    for c in (AVRO, JSON)
+    for c in (AVRO, *JSON_CODECS)
     for w in ("publish_request", "publish_response", "consume_request", "messages")
 ]
 
@@ -458,7 +462,9 @@ FIELD_NAMES = sorted(
         *t._PUBLISH_RESPONSE_FIELDS,
         *t._CONSUME_REQUEST_FIELDS,
         "id",
+        "idHex",
         "payload",
+        "payloadEncoding",
     }
 )
 field_values = json_values | st.dictionaries(
@@ -480,3 +486,90 @@ def test_deeply_nested_json_is_a_body_error() -> None:
     for decode in DECODERS[4:]:
         with pytest.raises(BodyError):
             decode(body)
+
+
+# --- payloads as text or base64 (?payload= of the HTTP API) -----------------------------------
+UTF8, B64 = t.json_codec("utf-8"), t.json_codec("base64")
+
+
+def test_utf8_payloads_are_their_utf8_bytes() -> None:
+    body = json.dumps({"messages": ["Zürich", "5€", "", "😀"]}).encode()
+    assert UTF8.decode_publish_request(body) == PublishRequest(
+        None, [b"Z\xc3\xbcrich", b"5\xe2\x82\xac", b"", b"\xf0\x9f\x98\x80"]
+    )
+    # The seed's Avro JSON refuses the euro sign, and reads "ü" as the one byte 0xFC.
+    with pytest.raises(BodyError, match="found U\\+20AC at index 1"):
+        JSON.decode_publish_request(body)
+    assert JSON.decode_publish_request(b'{"messages": ["\\u00fc"]}').messages == [b"\xfc"]
+
+
+def test_utf8_answers_flag_what_is_not_utf8() -> None:
+    msgs = [(ID, "Zürich".encode()), (ID, b"\xfc\xff")]
+    answered = json.loads(UTF8.encode_messages(msgs))
+    assert answered == [
+        {
+            "id": ID.decode("latin-1"),
+            "idHex": ID.hex(),
+            "payload": "Zürich",
+            "payloadEncoding": "utf-8",
+        },
+        {
+            "id": ID.decode("latin-1"),
+            "idHex": ID.hex(),
+            "payload": "/P8=",
+            "payloadEncoding": "base64",
+        },
+    ]
+    assert UTF8.decode_messages(UTF8.encode_messages(msgs)) == msgs
+
+
+@FUZZ
+@given(st.lists(st.binary(max_size=40), max_size=5), st.none() | st.integers(0, 1 << 62))
+def test_base64_round_trip(payloads: list[bytes], wp: int | None) -> None:
+    req = PublishRequest(wp, payloads)
+    assert B64.decode_publish_request(B64.encode_publish_request(req)) == req
+    msgs = [(ID, p) for p in payloads]
+    assert B64.decode_messages(B64.encode_messages(msgs)) == msgs
+    assert all(m["payloadEncoding"] == "base64" for m in json.loads(B64.encode_messages(msgs)))
+
+
+@FUZZ
+@given(st.lists(st.text(max_size=20), max_size=5))
+def test_utf8_round_trip(texts: list[str]) -> None:
+    texts = [x for x in texts if not any(0xD800 <= ord(c) <= 0xDFFF for c in x)]
+    req = PublishRequest(None, [x.encode() for x in texts])
+    assert UTF8.decode_publish_request(UTF8.encode_publish_request(req)) == req
+
+
+@pytest.mark.parametrize(
+    ("codec", "body", "message"),
+    [
+        (
+            UTF8,
+            b'{"messages": ["\\ud800"]}',
+            "messages[0]: expected text, found the lone surrogate U+D800 at index 0",
+        ),
+        (UTF8, b'{"messages": [5]}', "messages[0]: expected text (a string), got the number 5"),
+        (UTF8, b'{"messages": "x"}', "messages: expected an array of text, got a string"),
+        (B64, b'{"messages": ["not base64!"]}', "messages[0]: expected base64"),
+        (B64, b'{"messages": ["YQ"]}', "messages[0]: expected base64"),  # padding missing
+        (B64, b'{"messages": [null]}', "messages[0]: expected base64 (a string), got null"),
+    ],
+)
+def test_payload_mode_errors(codec: Any, body: bytes, message: str) -> None:
+    with pytest.raises(BodyError) as caught:
+        codec.decode_publish_request(body)
+    assert message in str(caught.value)
+
+
+def test_payload_modes_leave_ids_and_transactions_as_avro_json() -> None:
+    req = ConsumeRequest(ID, False, 3, b"\x01\xff")
+    for codec in (JSON, UTF8, B64):
+        assert codec.decode_consume_request(JSON.encode_consume_request(req)) == req
+
+
+def test_unknown_payload_mode() -> None:
+    with pytest.raises(KeyError):
+        t.json_codec("latin-9")
+    with pytest.raises(ValueError, match="payload: expected one of"):
+        t.JsonCodec("text")

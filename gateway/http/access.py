@@ -3,8 +3,8 @@
 ``guard`` wraps each handler once, when the routes are built (app.py): it names the
 request's principal (auth.py; 401 without one when ``--http-auth required``) and asks the
 authorizer (gateway/acls.py, the Kafka listener's, with the same ACLs) for what the
-route's entry in ``PERMISSIONS`` needs (403 when it is denied), before the handler runs;
-so a refused request changes nothing. A route without an entry fails the start-up.
+route's ``need`` (routes.py, declared with the route) asks (403 when it is denied),
+before the handler runs; so a refused request changes nothing.
 
 Resources: a topic of the gateway's Kafka namespace is the Kafka topic (partition
 ``name~p`` is topic ``name``), so HTTP and Kafka clients share its ACLs; a topic of
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
@@ -40,6 +38,8 @@ from tmsgate.storage import TopicId
 from .auth import Authenticator, Unauthenticated
 from .config import HttpConfig
 from .errors import json_response, read_body, topic_id, write_pointer_of
+from .routes import Need, On, Route
+from .topic_lookup import CREATE_REFUSAL
 from .transactions import manifest_of
 
 if TYPE_CHECKING:
@@ -48,58 +48,13 @@ if TYPE_CHECKING:
 Handler = Callable[[Request], Awaitable[Response]]
 Denied = tuple[tuple[Operation, ...], ResourceType, str]  # what the principal lacked
 CHALLENGE = {"WWW-Authenticate": 'Basic realm="tmsgate", Bearer'}
+# The request scope's key of its principal, for handlers that filter what they show by the
+# ACLs (console.py); None: User:ANONYMOUS.
+PRINCIPAL = "tmsgate.principal"
 
 
-class On(Enum):
-    """What a route's permission is checked on."""
-
-    NOTHING = "open"  # no authentication either: probes and the API's description
-    LOGIN = "login"  # any principal that passed authentication
-    TOPIC = "topic"  # the topic of the path
-    CLUSTER = "cluster"  # kafka-cluster
-    TOPICS = "topics"  # the answer lists only the topics the principal may DESCRIBE
-
-
-@dataclass(frozen=True, slots=True)
-class Need:
-    on: On
-    operations: tuple[Operation, ...] = ()  # any one of them is enough
-    # CREATE on the cluster is enough to create any topic, as Kafka's CreateTopics allows.
-    or_cluster: Operation | None = None
-    manifest: bool = False  # and WRITE on every topic a commit's manifest publishes
-    # and WRITE on the TRANSACTIONAL_ID the body's "key" names: a keyed start hands back
-    # the key's open transaction, as a Kafka transactional id does, so it is guarded alike
-    keyed: bool = False
-
-
-W, R, D = Operation.WRITE, Operation.READ, Operation.DESCRIBE
-# Route name (the handler's) -> what its principal needs.
-PERMISSIONS: dict[str, Need] = {
-    "list_topics": Need(On.TOPICS, (D,)),
-    "create_topic": Need(On.TOPIC, (Operation.CREATE,), or_cluster=Operation.CREATE),
-    "get_topic": Need(On.TOPIC, (D,)),
-    "delete_topic": Need(On.TOPIC, (Operation.DELETE,)),
-    "update_topic": Need(On.TOPIC, (Operation.ALTER_CONFIGS,)),
-    "publish": Need(On.TOPIC, (W,)),
-    "store": Need(On.TOPIC, (W,)),
-    "rollback": Need(On.TOPIC, (W,)),
-    "poll": Need(On.TOPIC, (R,)),
-    "read": Need(On.TOPIC, (R,)),
-    "offsets": Need(On.TOPIC, (D,)),
-    # kafka-acls.sh refuses Write on --cluster (Kafka's valid cluster operations), so
-    # IdempotentWrite, which it grants, does as well.
-    "start_transaction": Need(On.CLUSTER, (W, Operation.IDEMPOTENT_WRITE), keyed=True),
-    "commit": Need(On.CLUSTER, (W, Operation.IDEMPOTENT_WRITE), manifest=True),
-    "abort": Need(On.CLUSTER, (W, Operation.IDEMPOTENT_WRITE)),
-    "invalidate": Need(On.CLUSTER, (Operation.ALTER,)),  # an operator's: any transaction
-    "list_transactions": Need(On.CLUSTER, (D,)),
-    "transaction_state": Need(On.CLUSTER, (D,)),
-    # Read pointers only: what a transactional poll then reads needs READ on its topic.
-    "snapshot": Need(On.LOGIN),
-    "healthz": Need(On.NOTHING),
-    "readyz": Need(On.NOTHING),
-    "openapi": Need(On.NOTHING),
-}
+W, D = Operation.WRITE, Operation.DESCRIBE
+__all__ = ["Access", "Need", "On"]
 
 
 class Access:
@@ -112,10 +67,8 @@ class Access:
         self.namespace = services.namespace
         self.max_body = config.max_body_bytes
 
-    def guard(self, name: str, handler: Handler) -> Handler:
-        need = PERMISSIONS.get(name)
-        if need is None:
-            raise ValueError(f"route {name!r} has no entry in the HTTP permission table")
+    def guard(self, route: Route, handler: Handler) -> Handler:
+        need = route.need
         if need.on is On.NOTHING:
             return handler
 
@@ -124,6 +77,7 @@ class Access:
                 principal = await self.principal(request)
             except Unauthenticated as exc:
                 return json_response({"error": "unauthorized", "message": str(exc)}, 401, CHALLENGE)
+            request.scope[PRINCIPAL] = principal
             if not self.authorizer.enabled or need.on is On.LOGIN:
                 return await handler(request)
             if need.on is On.TOPICS:
@@ -131,6 +85,8 @@ class Access:
             request, denied = await self.check(request, principal, need)
             if denied is not None:
                 return forbidden(principal, *denied)
+            if need.creates and request.query_params.get("create") == "auto":
+                request.scope[CREATE_REFUSAL] = self._create_refusal(request, principal)
             return await handler(request)
 
         return endpoint
@@ -199,6 +155,26 @@ class Access:
                 if not self.allowed(principal, host, (W,), ResourceType.TOPIC, topic):
                     return request, ((W,), ResourceType.TOPIC, topic)
         return request, None
+
+    def _create_refusal(self, request: Request, principal: str | None) -> Callable[[], str | None]:
+        """What ?create=auto asks when the topic is missing: CREATE on the cluster or the
+        topic, as Kafka's auto-create (asked then, so a denial is logged only when it
+        refuses something)."""
+
+        def refusal() -> str | None:
+            name = self.resource(
+                topic_id(request.path_params["namespace"], request.path_params["topic"])
+            )
+            host = client_host(request)
+            create = (Operation.CREATE,)
+            cluster = (ResourceType.CLUSTER, CLUSTER_NAME)
+            if self.allowed(principal, host, create, *cluster, log=False) or self.allowed(
+                principal, host, create, ResourceType.TOPIC, name
+            ):
+                return None
+            return f"{principal or ANONYMOUS} may not CREATE TOPIC {name!r} (?create=auto)"
+
+        return refusal
 
     async def _transaction_key(self, request: Request) -> tuple[Request, str | None]:
         """The key a transaction's start names, and the request with its body to read

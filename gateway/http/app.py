@@ -1,28 +1,40 @@
 """The Starlette app of the HTTP API: one route table built from the handler areas, each
 handler wrapped once with its metrics, the one error answer, and its authentication and
-ACL check (access.py, one permission table for every route)."""
+ACL check (access.py, from each route's permission).
+
+The table: every area in ``AREAS`` (a class with ``ROUTES``, a tuple of routes.Route, and
+a method per route: routes.py), and the API's description (apidocs.py), whose
+/openapi.json is built from the same routes. A new area registers with one entry here.
+An area with ``start()`` and ``async stop()`` (the console's lag sampler) is started and
+stopped with the listener (the app's lifespan, which uvicorn runs: server.py).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route as StarletteRoute
 from starlette.types import Receive, Scope, Send
-from tmsgate.storage import StoreClosed
 
 from .access import Access
+from .apidocs import ApiDocs
 from .config import HttpConfig
+from .console import ConsoleHandlers
 from .errors import error_response, json_response
 from .messages import MessageHandlers
 from .metrics import HttpMetrics, Observe
-from .openapi import openapi_document
+from .openapi import document_bytes
+from .probes import Probes
 from .records import RecordHandlers
+from .routes import Route
+from .topic_lookup import TopicLookup
 from .topics import TopicHandlers
 from .transactions import TransactionHandlers
 
@@ -31,43 +43,24 @@ if TYPE_CHECKING:
     from tmsgate.gateway.services import Services
 
 Handler = Callable[[Request], Awaitable[Response]]
-AREAS = (TopicHandlers, MessageHandlers, RecordHandlers, TransactionHandlers)
+AREAS = (
+    TopicHandlers,
+    MessageHandlers,
+    RecordHandlers,
+    TransactionHandlers,
+    Probes,
+    ConsoleHandlers,
+)
 
 
-class Probes:
-    """Liveness, readiness and the API's own description."""
+def route_table() -> list[tuple[type, Route]]:
+    """(area, route) of every route served, the API's description last."""
+    return [(area, route) for area in (*AREAS, ApiDocs) for route in area.ROUTES]  # type: ignore[attr-defined]
 
-    ROUTES = (
-        ("GET", "/healthz", "healthz"),
-        ("GET", "/readyz", "readyz"),
-        ("GET", "/openapi.json", "openapi"),
-    )
 
-    def __init__(self, services: Services, config: HttpConfig) -> None:
-        self.services = services
-        self.document = openapi_document()  # built and encoded once
-
-    async def healthz(self, request: Request) -> Response:
-        return json_response({"status": "ok"})
-
-    async def readyz(self, request: Request) -> Response:
-        store = self.services.store
-        reason = None
-        if self.services.closing:
-            reason = "the gateway is shutting down"
-        elif store.writes_refused:
-            reason = "disk full: writes are refused until space is free"
-        else:
-            try:  # one point read: raises StoreClosed once the store is closed
-                await self.services.run(store.get_state, "http", "ready")
-            except StoreClosed:
-                reason = "the store is closed"
-        if reason is not None:
-            return json_response({"error": "not_ready", "message": reason}, 503)
-        return json_response({"status": "ready"})
-
-    async def openapi(self, request: Request) -> Response:
-        return Response(self.document, media_type="application/json")
+def openapi_document() -> bytes:
+    """What /openapi.json serves."""
+    return document_bytes(route for _, route in route_table())
 
 
 def instrument(
@@ -100,21 +93,32 @@ def dispatch(by_method: dict[str, Handler]) -> Handler:
 
 
 def build_routes(
-    services: Services, config: HttpConfig, metrics: HttpMetrics, access: Access
-) -> list[Route]:
+    services: Services,
+    config: HttpConfig,
+    metrics: HttpMetrics,
+    access: Access,
+    areas: dict[type, object],
+) -> list[StarletteRoute]:
+    table = route_table()
+    areas[ApiDocs] = ApiDocs(route for _, route in table)
+    lookup = TopicLookup(services)
     paths: dict[str, dict[str, Handler]] = {}
-    for area in (*AREAS, Probes):
-        handlers = area(services, config)  # type: ignore[operator]
-        for method, path, name in area.ROUTES:  # type: ignore[attr-defined]
-            by_method = paths.setdefault(path, {})
-            if method in by_method:
-                raise ValueError(f"two handlers for {method} {path}")
-            guarded = access.guard(name, getattr(handlers, name))
-            by_method[method] = instrument(
-                name, guarded, metrics.observer(name), services.cluster
-            )
+    names: set[str] = set()
+    for area, route in table:
+        by_method = paths.setdefault(route.path, {})
+        if route.method in by_method:
+            raise ValueError(f"two handlers for {route.method} {route.path}")
+        if route.handler in names:  # the metrics' label: one route each
+            raise ValueError(f"two routes named {route.handler!r}")
+        names.add(route.handler)
+        handler = access.guard(route, getattr(areas[area], route.handler))
+        if "namespace" in route.path_parameters:
+            handler = lookup.namespace_scoped(handler)
+        by_method[route.method] = instrument(
+            route.handler, handler, metrics.observer(route.handler), services.cluster
+        )
     return [
-        Route(path, AsgiEndpoint(dispatch(by_method)), methods=list(by_method))
+        StarletteRoute(path, AsgiEndpoint(dispatch(by_method)), methods=list(by_method))
         for path, by_method in paths.items()
     ]
 
@@ -147,7 +151,23 @@ def build_app(services: Services, config: HttpConfig) -> Starlette:
         unmatched(exc.status_code, 0.0)
         return response
 
-    return Starlette(
-        routes=build_routes(services, config, metrics, Access(services, config)),
+    areas: dict[type, object] = {area: area(services, config) for area in AREAS}
+    running = [a for a in areas.values() if hasattr(a, "start")]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        for area in running:
+            area.start()  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            for area in reversed(running):
+                await area.stop()  # type: ignore[attr-defined]
+
+    app = Starlette(
+        routes=build_routes(services, config, metrics, Access(services, config), areas),
         exception_handlers={HTTPException: http_exception},
+        lifespan=lifespan,
     )
+    app.state.areas = areas  # each area's handlers by class (tests reach the console's)
+    return app

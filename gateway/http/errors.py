@@ -21,7 +21,16 @@ from tmsgate.gateway.errors import (
     http_error,
     is_unexpected,
 )
-from tmsgate.protocol.tms_http import JSON_CONTENT_TYPE, BodyError, Codec, codec_for, media_type
+from tmsgate.protocol.tms_http import (
+    AVRO,
+    JSON_CONTENT_TYPE,
+    PAYLOAD_MODES,
+    BodyError,
+    Codec,
+    codec_for,
+    json_codec,
+    media_type,
+)
 from tmsgate.storage import NotLeader, TopicId
 
 if TYPE_CHECKING:
@@ -86,7 +95,8 @@ def check_namespace(namespace: str) -> str:
 
 
 def body_codec(request: Request) -> Codec:
-    """The codec of the request's Content-Type (none: JSON); anything else is a 415."""
+    """The codec of the request's Content-Type (none: JSON; anything else is a 415) and,
+    for JSON, of its ?payload= (how payloads are written)."""
     header = request.headers.get("content-type")
     codec = codec_for(header)
     if codec is None:
@@ -96,7 +106,27 @@ def body_codec(request: Request) -> Codec:
             f"Content-Type {media_type(header)!r} is not supported; "
             "use avro/binary or application/json",
         )
-    return codec
+    payload = payload_mode(request)
+    if payload is None:
+        return codec
+    if codec is AVRO:
+        if payload != "avro":
+            raise BadRequest(
+                f"payload={payload} is for JSON bodies: avro/binary carries payloads as "
+                "bytes (leave payload out)"
+            )
+        return codec
+    return json_codec(payload)
+
+
+def payload_mode(request: Request) -> str | None:
+    """?payload=, if given: one of PAYLOAD_MODES, else a 400 that names them."""
+    if not request.scope["query_string"]:  # the common case, without parsing anything
+        return None
+    value = request.query_params.get("payload")
+    if value is not None and value not in PAYLOAD_MODES:
+        raise BadRequest(f"payload: expected one of {list(PAYLOAD_MODES)}, got {value[:40]!r}")
+    return value
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -1,9 +1,11 @@
 """Publishing and consuming: publish, store, rollback and poll (the seed's REST API).
 
-Bodies are Avro binary or Avro JSON by Content-Type, and answers use the request's. A
-publish goes straight to the topic's writer (``publish_async``: no executor hop, the
-event loop awaits the writer's future), so concurrent requests share its fsyncs; reads
-and rollbacks, which touch the backend on the caller's thread, run on the I/O executor.
+Bodies are Avro binary or Avro JSON by Content-Type, and answers use the request's; JSON
+payloads are Avro JSON bytes, text or base64 by ?payload= (errors.body_codec). Publish
+and store take ?create=auto (topic_lookup.py). A publish goes straight to the topic's
+writer (``publish_async``: no executor hop, the event loop awaits the writer's future),
+so concurrent requests share its fsyncs; reads and rollbacks, which touch the backend on
+the caller's thread, run on the I/O executor.
 """
 
 from __future__ import annotations
@@ -12,14 +14,25 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from tmsgate.gateway.acls import Operation
 from tmsgate.gateway.errors import BadRequest
 from tmsgate.protocol.columns import MEDIA_TYPE as COLUMNS_MEDIA_TYPE
 from tmsgate.protocol.tms_http import AVRO, PublishRequest, PublishResponse, media_type
 from tmsgate.storage import MessageId, RollbackDetail, Transaction
 
 from .config import HttpConfig
-from .errors import body_codec, json_response, read_body, topic_id
+from .errors import body_codec, json_response, payload_mode, read_body, topic_id
+from .openapi import (
+    COLUMNS_BODY,
+    COLUMNS_TYPE,
+    CREATE_PARAM,
+    PAYLOAD_PARAM,
+    both_bodies,
+    both_ok,
+)
 from .records import store_columns
+from .routes import Doc, Need, On, Route
+from .topic_lookup import TopicLookup
 
 if TYPE_CHECKING:
     from tmsgate.gateway.services import Services
@@ -33,17 +46,94 @@ OFF_LOOP_BODY_BYTES = 1 << 20  # larger publish bodies are decoded on the CPU th
 MAX_MESSAGES_PER_REQUEST = 1_000_000
 
 
+W, R = Operation.WRITE, Operation.READ
+WRITES = (400, 404, 409, 413, 415, 503, 507)
+
+
 class MessageHandlers:
     ROUTES = (
-        ("POST", BASE + "/publish", "publish"),
-        ("POST", BASE + "/store", "store"),
-        ("POST", BASE + "/rollback", "rollback"),
-        ("POST", BASE + "/poll", "poll"),
+        Route(
+            "POST",
+            BASE + "/publish",
+            "publish",
+            Need(On.TOPIC, (W,), creates=True),
+            Doc(
+                "Publish messages (to the MessageTable), or make a transaction's stored "
+                "messages visible (write pointer and no messages)",
+                {
+                    "200": {
+                        "description": "Published. Non-transactional: empty body, no "
+                        "Content-Type. Transactional: a PublishResponse in the request's "
+                        "Content-Type; post it back to rollback to undo the publish."
+                    }
+                },
+                WRITES,
+                body=both_bodies("PublishRequest"),
+                query=(PAYLOAD_PARAM, CREATE_PARAM),
+            ),
+        ),
+        Route(
+            "POST",
+            BASE + "/store",
+            "store",
+            Need(On.TOPIC, (W,), creates=True),
+            Doc(
+                "Store messages under a transaction (PayloadTable) for a later publish; "
+                "record columns with the header X-Transaction-Write-Pointer keep keys, "
+                "headers and timestamps",
+                {
+                    "200": {
+                        "description": "The receipt: a PublishResponse of the rows stored "
+                        "(JSON for record columns), for a commit's manifest",
+                    }
+                },
+                WRITES,
+                body={
+                    "required": True,
+                    "content": {
+                        **both_bodies("PublishRequest")["content"],
+                        COLUMNS_TYPE: COLUMNS_BODY,
+                    },
+                },
+                query=(PAYLOAD_PARAM, CREATE_PARAM),
+            ),
+        ),
+        Route(
+            "POST",
+            BASE + "/rollback",
+            "rollback",
+            Need(On.TOPIC, (W,)),
+            Doc(
+                "Roll back a transactional publish: the body is its PublishResponse",
+                {
+                    "200": {
+                        "description": 'Rolled back. JSON: {"rolledBack": n} (a '
+                        "RollbackResult); Avro: empty body, no Content-Type."
+                    }
+                },
+                (400, 404, 409, 413, 415, 503),
+                body=both_bodies("PublishResponse"),
+            ),
+        ),
+        Route(
+            "POST",
+            BASE + "/poll",
+            "poll",
+            Need(On.TOPIC, (R,)),
+            Doc(
+                "Read messages from a message id, a time or the start",
+                both_ok("MessageList", "Messages, in the request's Content-Type"),
+                (400, 404, 413, 415, 503),
+                body=both_bodies("ConsumeRequest"),
+                query=(PAYLOAD_PARAM,),
+            ),
+        ),
     )
 
     def __init__(self, services: Services, config: HttpConfig) -> None:
         self.services = services
         self._store = services.store
+        self.lookup = TopicLookup(services)
         self.max_body = config.max_body_bytes
         self.max_poll = max(1, config.max_poll)
 
@@ -54,7 +144,11 @@ class MessageHandlers:
         wp = req.write_pointer
         if wp is None and not req.messages:
             raise BadRequest("messages is empty and there is no transactionWritePointer")
-        result = await self.services.wait(self._store.publish_async(tid, req.messages, wp))
+        result = await self.lookup.writing(
+            request,
+            tid,
+            lambda: self.services.wait(self._store.publish_async(tid, req.messages, wp)),
+        )
         if wp is None:
             return Response(status_code=200)
         # No rows when nothing was stored for the pointer: a rollback of this is a no-op.
@@ -65,15 +159,18 @@ class MessageHandlers:
     async def store(self, request: Request) -> Response:
         tid = topic_id(request.path_params["namespace"], request.path_params["topic"])
         if media_type(request.headers.get("content-type")) == COLUMNS_MEDIA_TYPE:
-            return await store_columns(self.services, request, tid, self.max_body)
+            if payload_mode(request) not in (None, "avro"):
+                raise BadRequest("payload= is for JSON bodies: record columns carry bytes")
+            return await store_columns(self.services, request, tid, self.max_body, self.lookup)
         codec = body_codec(request)
         req = await self._publish_request(request, codec)
         if req.write_pointer is None:
             raise BadRequest("store needs a transactionWritePointer")
         if not req.messages:
             raise BadRequest("store needs at least one message")
-        stored = await self.services.wait(
-            self._store.store_async(tid, req.messages, req.write_pointer)
+        wp = req.write_pointer
+        stored = await self.lookup.writing(
+            request, tid, lambda: self.services.wait(self._store.store_async(tid, req.messages, wp))
         )
         # The receipt: a PublishResponse of the PayloadTable rows written. A commit with a
         # manifest (docs/http-api.md) names the receipts whose rows it publishes.

@@ -1,19 +1,23 @@
-"""The OpenAPI 3.0 description of the HTTP API, served at /openapi.json (built once).
+"""The OpenAPI 3.0 description of the HTTP API, served at /openapi.json: built from the
+route table (routes.py: every route's path, method, permission and ``Doc``), with the
+schemas and the helpers the routes' ``Doc`` entries use.
 
-Request bodies are described in both encodings: Avro JSON as JSON Schema (bytes are
-strings of code points 0-255; a union is a bare value or ``{"branch": value}``), Avro
-binary as opaque bytes with the Avro schema in the description. Two answers carry no
+Request bodies are described in both encodings: Avro JSON as JSON Schema (a union is a
+bare value or ``{"branch": value}``; payloads are strings whose form ``?payload=`` picks),
+Avro binary as opaque bytes with the Avro schema in the description. Two answers carry no
 Content-Type and are described without content: a non-transactional publish (its body is
 empty; a transactional one answers the PublishResponse) and a rollback sent as Avro.
 """
 
 from __future__ import annotations
 
-import functools
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from tmsgate.protocol import tms_http
+
+from .routes import On, Route, operation_id
 
 Schema = dict[str, Any]
 JSON_TYPE = tms_http.JSON_CONTENT_TYPE
@@ -23,9 +27,13 @@ NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._-]{1,249}$"
 
 _RECEIPT_FIELDS = ("startTimestamp", "startSequenceId", "endTimestamp", "endSequenceId")
 COLUMNS_TYPE = "application/vnd.tmsgate.records"
+# A Media Type Object has no description of its own: it goes in the schema.
 COLUMNS_BODY = {
-    "schema": {"type": "string", "format": "binary"},
-    "description": "record columns (docs/http-api.md, Bulk reads and writes)",
+    "schema": {
+        "type": "string",
+        "format": "binary",
+        "description": "record columns (docs/http-api.md, Bulk reads and writes)",
+    }
 }
 # What Python's str.strip() removes, which the store does around a ttl.
 _SPACE = (
@@ -48,6 +56,11 @@ BYTES: Schema = {
     "type": "string",
     "pattern": "^[\\u0000-\\u00ff]*$",
     "description": "bytes: each character's code point (0-255) is one byte (ISO-8859-1)",
+}
+PAYLOAD: Schema = {
+    "type": "string",
+    "description": "a payload; ?payload=avro (the default): code points 0-255 are the bytes; "
+    "utf-8: the text, stored as its UTF-8 bytes; base64: standard base64 with padding",
 }
 MESSAGE_ID: Schema = {
     **BYTES,
@@ -121,7 +134,7 @@ SCHEMAS: dict[str, Schema] = {
                 "anyOf": union("long", LONG, bare=nullable(LONG)),
                 "description": "an in-progress transaction's write pointer; null: none",
             },
-            "messages": {"type": "array", "items": BYTES},
+            "messages": {"type": "array", "items": PAYLOAD},
         },
     },
     "PublishResponse": {
@@ -168,8 +181,22 @@ SCHEMAS: dict[str, Schema] = {
         "type": "array",
         "items": {
             "type": "object",
-            "required": ["id", "payload"],
-            "properties": {"id": MESSAGE_ID, "payload": BYTES},
+            "required": ["id", "idHex", "payload"],
+            "properties": {
+                "id": MESSAGE_ID,
+                "idHex": {
+                    "type": "string",
+                    "pattern": "^[0-9a-f]{40}$",
+                    "description": "the message id in hex (what id carries, readable)",
+                },
+                "payload": PAYLOAD,
+                "payloadEncoding": {
+                    "type": "string",
+                    "enum": ["utf-8", "base64"],
+                    "description": "with ?payload=utf-8 or base64: how this payload is "
+                    "written (base64 where a utf-8 poll meets bytes that are not UTF-8)",
+                },
+            },
         },
     },
     "RollbackResult": {
@@ -305,7 +332,7 @@ ERRORS = {
     "required); the WWW-Authenticate header names the schemes",
     403: "the principal's ACLs do not allow this (the message names the operation and "
     "the resource)",
-    404: "no such topic",
+    404: "no such topic (topic_not_found), or no such namespace (namespace_not_found)",
     409: "conflict: the topic exists, or the transaction is not in progress (see state)",
     413: "the body is larger than the server's limit",
     415: "unsupported Content-Type",
@@ -314,13 +341,16 @@ ERRORS = {
 }
 
 
-def errors(*statuses: int) -> dict[str, Any]:
-    """The error answers of an operation; every one behind authentication can get 401, 403."""
+def errors(statuses: tuple[int, ...], *, guarded: bool, topical: bool) -> dict[str, Any]:
+    """The error answers of an operation: its own, and what any guarded one can get (401;
+    403 unless any login will do)."""
+    wanted = set(statuses) | ({401} if guarded else set()) | ({403} if topical else set())
     answers = {
         str(s): {"description": ERRORS[s], "content": {JSON_TYPE: {"schema": ref("Error")}}}
-        for s in (*statuses, 401, 403)
+        for s in sorted(wanted)
     }
-    answers["401"]["headers"] = CHALLENGE_HEADER
+    if "401" in answers:
+        answers["401"]["headers"] = CHALLENGE_HEADER
     return answers
 
 
@@ -345,7 +375,6 @@ SECURITY_SCHEMES = {
         "description": "a token of `tmsgate users token NAME`",
     },
 }
-OPEN: dict[str, Any] = {"security": []}  # probes and this document: no credentials
 
 
 def json_ok(name: str, description: str = "OK") -> dict[str, Any]:
@@ -355,8 +384,11 @@ def json_ok(name: str, description: str = "OK") -> dict[str, Any]:
 def avro_body(name: str) -> dict[str, Any]:
     avro = json.dumps(AVRO_SCHEMAS[name])
     return {
-        "schema": {"type": "string", "format": "binary"},
-        "description": f"Avro binary (schemaless) of {avro}",
+        "schema": {
+            "type": "string",
+            "format": "binary",
+            "description": f"Avro binary (schemaless) of {avro}",
+        }
     }
 
 
@@ -372,7 +404,7 @@ def both_ok(name: str, description: str) -> dict[str, Any]:
     return {"200": {"description": description, "content": content}}
 
 
-def param(name: str, schema: Schema, description: str) -> Schema:
+def path_param(name: str, schema: Schema, description: str) -> Schema:
     return {
         "name": name,
         "in": "path",
@@ -382,271 +414,77 @@ def param(name: str, schema: Schema, description: str) -> Schema:
     }
 
 
-NAMESPACE = param(
-    "namespace",
-    {"type": "string", "pattern": NAME_PATTERN},
-    "namespace (Kafka's topics live in the gateway's --namespace, default 'default')",
+def query_param(name: str, schema: Schema, description: str) -> Schema:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+PATH_PARAMETERS = {
+    "namespace": path_param(
+        "namespace",
+        {"type": "string", "pattern": NAME_PATTERN},
+        "namespace (Kafka's topics live in the gateway's --namespace, default 'default'; "
+        "another exists while it has a topic)",
+    ),
+    "topic": path_param("topic", {"type": "string", "pattern": NAME_PATTERN}, "topic name"),
+    "wp": path_param(
+        "wp",
+        {"type": "integer", "format": "int64", "minimum": 0, "maximum": (1 << 63) - 1},
+        "a transaction's write pointer",
+    ),
+}
+PAYLOAD_PARAM = query_param(
+    "payload",
+    {"type": "string", "enum": list(tms_http.PAYLOAD_MODES), "default": "avro"},
+    "how JSON bodies carry payloads (request messages, answered payloads): avro (Avro "
+    "JSON: code points 0-255 are the bytes), utf-8 (text) or base64. avro/binary bodies "
+    "take only avro.",
 )
-TOPIC = param("topic", {"type": "string", "pattern": NAME_PATTERN}, "topic name")
-WRITE_POINTER = param(
-    "wp",
-    {"type": "integer", "format": "int64", "minimum": 0, "maximum": (1 << 63) - 1},
-    "a transaction's write pointer",
+CREATE_PARAM = query_param(
+    "create",
+    {"type": "string", "enum": ["auto"]},
+    "auto: create a missing topic as Kafka's auto-create does (the gateway's partition "
+    "count and defaults; 404 with --no-auto-create-topics); needs CREATE on the topic or "
+    "the cluster",
 )
 EMPTY_OK = {"200": {"description": "OK (empty body)"}}
 
 
-def op(op_id: str, summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"operationId": op_id, "summary": summary, "responses": responses, **extra}
-
-
-def paths() -> dict[str, Any]:
-    topics = "/v1/namespaces/{namespace}/topics"
-    topic = topics + "/{topic}"
-    tx = "/v1/transactions"
-    props_body = {
-        "required": False,
-        "content": {JSON_TYPE: {"schema": ref("Properties")}},
+def operation(route: Route) -> dict[str, Any]:
+    doc = route.doc
+    assert doc is not None
+    guarded = route.need.on is not On.NOTHING
+    topical = guarded and route.need.on is not On.LOGIN
+    statuses = doc.errors
+    if "namespace" in route.path_parameters:
+        statuses += (404,)  # an unknown namespace
+    if doc.query:
+        statuses += (400,)
+    out: dict[str, Any] = {
+        "operationId": operation_id(route),
+        "summary": doc.summary,
+        "responses": {**doc.responses, **errors(statuses, guarded=guarded, topical=topical)},
     }
-    return {
-        topics: {
-            "parameters": [NAMESPACE],
-            "get": op(
-                "listTopics",
-                "Names of the namespace's topics, sorted",
-                {**json_ok("TopicList"), **errors(400, 503)},
-            ),
-        },
-        topic: {
-            "parameters": [NAMESPACE, TOPIC],
-            "put": op(
-                "createTopic",
-                "Create a topic, optionally with properties",
-                {**json_ok("Topic"), **errors(400, 409, 413, 415, 503)},
-                requestBody=props_body,
-            ),
-            "get": op(
-                "getTopic", "A topic's properties", {**json_ok("Topic"), **errors(400, 404, 503)}
-            ),
-            "delete": op("deleteTopic", "Delete a topic", {**EMPTY_OK, **errors(400, 404, 503)}),
-        },
-        topic + "/properties": {
-            "parameters": [NAMESPACE, TOPIC],
-            "put": op(
-                "updateTopic",
-                "Replace all of a topic's properties",
-                {**json_ok("Topic"), **errors(400, 404, 413, 415, 503)},
-                requestBody={**props_body, "required": True},
-            ),
-        },
-        topic + "/publish": {
-            "parameters": [NAMESPACE, TOPIC],
-            "post": op(
-                "publish",
-                "Publish messages (to the MessageTable), or make a transaction's stored "
-                "messages visible (write pointer and no messages)",
-                {
-                    "200": {
-                        "description": "Published. Non-transactional: empty body, no "
-                        "Content-Type. Transactional: a PublishResponse in the request's "
-                        "Content-Type; post it back to rollback to undo the publish."
-                    },
-                    **errors(400, 404, 409, 413, 415, 503, 507),
-                },
-                requestBody=both_bodies("PublishRequest"),
-            ),
-        },
-        topic + "/store": {
-            "parameters": [NAMESPACE, TOPIC],
-            "post": op(
-                "store",
-                "Store messages under a transaction (PayloadTable) for a later publish; "
-                "record columns with the header X-Transaction-Write-Pointer keep keys, "
-                "headers and timestamps",
-                {
-                    "200": {
-                        "description": "The receipt: a PublishResponse of the rows stored "
-                        "(JSON for record columns), for a commit's manifest",
-                    },
-                    **errors(400, 404, 409, 413, 415, 503, 507),
-                },
-                requestBody={
-                    "required": True,
-                    "content": {
-                        **both_bodies("PublishRequest")["content"],
-                        COLUMNS_TYPE: COLUMNS_BODY,
-                    },
-                },
-            ),
-        },
-        topic + "/offsets": {
-            "parameters": [
-                NAMESPACE,
-                TOPIC,
-                {
-                    "name": "timestamp",
-                    "in": "query",
-                    "required": False,
-                    "schema": {"type": "integer", "minimum": 0},
-                    "description": "also answer the first offset with a timestamp >= this",
-                },
-            ],
-            "get": op(
-                "offsets",
-                "Earliest, latest and last stable offsets (and one for a time)",
-                {**json_ok("Offsets"), **errors(400, 404, 503)},
-            ),
-        },
-        topic + "/read": {
-            "parameters": [NAMESPACE, TOPIC],
-            "post": op(
-                "read",
-                "Read records by offset, with keys, headers, timestamps, message ids and "
-                "write pointers, as record columns",
-                {
-                    "200": {
-                        "description": "record columns",
-                        "content": {COLUMNS_TYPE: COLUMNS_BODY},
-                    },
-                    "416": {
-                        "description": "the offset is outside [earliest, latest]",
-                        "content": {JSON_TYPE: {"schema": ref("Error")}},
-                    },
-                    **errors(400, 404, 413, 415, 503),
-                },
-                requestBody={
-                    "required": True,
-                    "content": {JSON_TYPE: {"schema": ref("ReadQuery")}},
-                },
-            ),
-        },
-        topic + "/rollback": {
-            "parameters": [NAMESPACE, TOPIC],
-            "post": op(
-                "rollback",
-                "Roll back a transactional publish: the body is its PublishResponse",
-                {
-                    "200": {
-                        "description": 'Rolled back. JSON: {"rolledBack": n} (a '
-                        "RollbackResult); Avro: empty body, no Content-Type."
-                    },
-                    **errors(400, 404, 409, 413, 415, 503),
-                },
-                requestBody=both_bodies("PublishResponse"),
-            ),
-        },
-        topic + "/poll": {
-            "parameters": [NAMESPACE, TOPIC],
-            "post": op(
-                "poll",
-                "Read messages from a message id, a time or the start",
-                {
-                    **both_ok("MessageList", "Messages, in the request's Content-Type"),
-                    **errors(400, 404, 413, 415, 503),
-                },
-                requestBody=both_bodies("ConsumeRequest"),
-            ),
-        },
-        tx: {
-            "post": op(
-                "startTransaction",
-                "Start a transaction. With Accept: avro/binary the answer is the encoded "
-                "transaction itself.",
-                {
-                    "200": {
-                        "description": "The transaction",
-                        "content": {
-                            JSON_TYPE: {"schema": ref("Transaction")},
-                            AVRO_TYPE: {"schema": {"type": "string", "format": "binary"}},
-                        },
-                    },
-                    **errors(400, 413, 415, 503),
-                },
-                requestBody={
-                    "required": False,
-                    "content": {JSON_TYPE: {"schema": ref("TransactionStart")}},
-                },
-            ),
-            "get": op(
-                "listTransactions",
-                "Transactions in progress and the invalid list",
-                {**json_ok("TransactionList"), **errors()},
-            ),
-        },
-        tx + "/snapshot": {
-            "post": op(
-                "snapshot",
-                "A read-only snapshot (write pointer 0) for transactional polls",
-                {
-                    "200": {
-                        "description": "The snapshot",
-                        "content": {
-                            JSON_TYPE: {"schema": ref("Transaction")},
-                            AVRO_TYPE: {"schema": {"type": "string", "format": "binary"}},
-                        },
-                    },
-                    **errors(),
-                },
-            ),
-        },
-        tx + "/{wp}": {
-            "parameters": [WRITE_POINTER],
-            "get": op(
-                "transactionState",
-                "A transaction's state",
-                {**json_ok("TransactionState"), **errors(400)},
-            ),
-        },
-        tx + "/{wp}/commit": {
-            "parameters": [WRITE_POINTER],
-            "post": op(
-                "commitTransaction",
-                "Commit an in-progress transaction; with a manifest, publish only the "
-                "listed stores' rows first (recorded, replayed after a crash)",
-                {**json_ok("TransactionState"), **errors(400, 404, 409, 413, 415, 503)},
-                requestBody={"required": False, "content": {JSON_TYPE: {"schema": ref("Commit")}}},
-            ),
-        },
-        **{
-            f"{tx}/{{wp}}/{action}": {
-                "parameters": [WRITE_POINTER],
-                "post": op(
-                    f"{action}Transaction",
-                    f"{action.capitalize()} an in-progress transaction",
-                    {**json_ok("TransactionState"), **errors(400, 409, 503)},
-                ),
-            }
-            for action in ("abort", "invalidate")
-        },
-        "/healthz": {
-            "get": op("healthz", "200 while the process serves", json_ok("Status"), **OPEN)
-        },
-        "/readyz": {
-            "get": op(
-                "readyz",
-                "200 when the store is open and writable, else 503 with the reason",
-                {
-                    **json_ok("Status"),
-                    "503": {
-                        "description": "not ready (disk full, store closed, shutting down)",
-                        "content": {JSON_TYPE: {"schema": ref("Error")}},
-                    },
-                },
-                **OPEN,
-            )
-        },
-        "/openapi.json": {
-            "get": op(
-                "openapi",
-                "This document",
-                {"200": {"description": "OpenAPI 3.0", "content": {JSON_TYPE: {"schema": {}}}}},
-                **OPEN,
-            )
-        },
-    }
+    params = [PATH_PARAMETERS[name] for name in route.path_parameters] + list(doc.query)
+    if params:
+        out["parameters"] = params
+    if doc.body is not None:
+        out["requestBody"] = doc.body
+    if not guarded:
+        out["security"] = []  # probes and this document: no credentials
+    return out
 
 
-def build() -> dict[str, Any]:
+def build(routes: Iterable[Route]) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        if route.doc is not None:
+            paths.setdefault(route.document_path, {})[route.method.lower()] = operation(route)
     return {
         "openapi": "3.0.3",
         "info": {
@@ -655,18 +493,18 @@ def build() -> dict[str, Any]:
             "description": "The CDAP TMS REST API (topics, publish, store, rollback, poll) "
             "and its transaction service, over the store Kafka clients use too. Bodies of "
             "publish, store, rollback and poll are Avro binary (Content-Type: avro/binary) "
-            "or Avro JSON (application/json, the default). Errors are JSON "
+            "or Avro JSON (application/json, the default); ?payload=utf-8 or base64 carries "
+            "JSON payloads as text or base64 instead. Errors are JSON "
             '{"error": kind, "message": text}. With --http-auth required every operation '
             "but the probes and this document needs HTTP Basic (over HTTPS) or a bearer "
             "token (401 without); with ACLs on, 403 when the principal may not "
             "(docs/security.md).",
         },
         "security": SECURITY,
-        "paths": paths(),
+        "paths": paths,
         "components": {"schemas": SCHEMAS, "securitySchemes": SECURITY_SCHEMES},
     }
 
 
-@functools.cache
-def openapi_document() -> bytes:
-    return json.dumps(build(), separators=(",", ":")).encode()
+def document_bytes(routes: Iterable[Route]) -> bytes:
+    return json.dumps(build(routes), separators=(",", ":")).encode()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from tmsgate.gateway.acls import Operation
 from tmsgate.gateway.errors import BadRequest
 from tmsgate.gateway.kafka.config import TIMESTAMP_TYPE
 from tmsgate.gateway.offsets import lookup
@@ -38,6 +39,9 @@ from tmsgate.storage import MessageRow, ReadResult, StoredBatch, StoredRange, To
 
 from .config import HttpConfig
 from .errors import json_response, read_body, read_json_object, topic_id, write_pointer_of
+from .openapi import COLUMNS_BODY, COLUMNS_TYPE, JSON_TYPE, json_ok, query_param, ref
+from .routes import Doc, Need, On, Route
+from .topic_lookup import TopicLookup
 
 if TYPE_CHECKING:
     from tmsgate.gateway.services import Services
@@ -114,8 +118,46 @@ def _add_batch(cols: RecordColumns, batch: StoredBatch, end: int | None) -> None
 
 class RecordHandlers:
     ROUTES = (
-        ("GET", BASE + "/offsets", "offsets"),
-        ("POST", BASE + "/read", "read"),
+        Route(
+            "GET",
+            BASE + "/offsets",
+            "offsets",
+            Need(On.TOPIC, (Operation.DESCRIBE,)),
+            Doc(
+                "Earliest, latest and last stable offsets (and one for a time)",
+                json_ok("Offsets"),
+                (400, 404, 503),
+                query=(
+                    query_param(
+                        "timestamp",
+                        {"type": "integer", "minimum": 0},
+                        "also answer the first offset with a timestamp >= this",
+                    ),
+                ),
+            ),
+        ),
+        Route(
+            "POST",
+            BASE + "/read",
+            "read",
+            Need(On.TOPIC, (Operation.READ,)),
+            Doc(
+                "Read records by offset, with keys, headers, timestamps, message ids and "
+                "write pointers, as record columns",
+                {
+                    "200": {
+                        "description": "record columns",
+                        "content": {COLUMNS_TYPE: COLUMNS_BODY},
+                    },
+                    "416": {
+                        "description": "the offset is outside [earliest, latest]",
+                        "content": {JSON_TYPE: {"schema": ref("Error")}},
+                    },
+                },
+                (400, 404, 413, 415, 503),
+                body={"required": True, "content": {JSON_TYPE: {"schema": ref("ReadQuery")}}},
+            ),
+        ),
     )
 
     def __init__(self, services: Services, config: HttpConfig) -> None:
@@ -177,7 +219,7 @@ class RecordHandlers:
 
 
 async def store_columns(
-    services: Services, request: Request, tid: TopicId, max_body: int
+    services: Services, request: Request, tid: TopicId, max_body: int, lookup: TopicLookup
 ) -> Response:
     """``POST .../store`` with a record-columns body (MessageHandlers.store hands it over
     by Content-Type): the records' values, keys, headers and timestamps go to the
@@ -190,7 +232,9 @@ async def store_columns(
     items = await services.compute(_items_of, body)
     if not items:
         raise BadRequest("store needs at least one record")
-    stored = await services.wait(services.store.store_async(tid, items, wp))
+    stored = await lookup.writing(
+        request, tid, lambda: services.wait(services.store.store_async(tid, items, wp))
+    )
     return json_response(receipt_json(stored))
 
 

@@ -1,9 +1,10 @@
 """Serve the HTTP API with uvicorn (httptools) inside the gateway's own event loop.
 
 The gateway owns the process: its signals, its logging, its loop. uvicorn only parses
-HTTP and calls the app, so its signal handlers are off, its lifespan is off, and its
-loggers say only warnings. The socket is bound here first, so that a busy port is an
-OSError to the caller (uvicorn would exit the process) and port 0 gets a real port.
+HTTP and calls the app, so its signal handlers are off and its loggers say only warnings;
+its lifespan starts and stops the app's background work (the console's lag sampler). The
+socket is bound here first, so that a busy port is an OSError to the caller (uvicorn
+would exit the process) and port 0 gets a real port.
 With ``tls_cert`` and ``tls_key`` it serves HTTPS only (uvicorn's TLS: TLS 1.2 or later).
 """
 
@@ -96,7 +97,7 @@ class HttpServer:
                 self.app,
                 http="httptools",
                 ws="none",
-                lifespan="off",
+                lifespan="on",
                 log_config=None,
                 log_level="warning",
                 access_log=False,

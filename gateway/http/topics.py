@@ -13,12 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from tmsgate.gateway.acls import Operation
 from tmsgate.gateway.errors import BadRequest
 from tmsgate.storage import TopicId, TopicMetadata, partitions
 from tmsgate.storage.ids import MAX_PARTITIONS
 
 from .config import HttpConfig
 from .errors import check_namespace, json_response, read_json_object, topic_id
+from .openapi import EMPTY_OK, JSON_TYPE, json_ok, ref
+from .routes import Doc, Need, On, Route
+from .topic_lookup import TopicLookup
 
 if TYPE_CHECKING:
     from tmsgate.gateway.services import Services
@@ -46,22 +50,69 @@ def properties_of(doc: dict[str, Any]) -> dict[str, str]:
     return props
 
 
+D = Operation.DESCRIBE
+PROPERTIES_BODY = {"required": False, "content": {JSON_TYPE: {"schema": ref("Properties")}}}
+
+
 class TopicHandlers:
     ROUTES = (
-        ("GET", BASE, "list_topics"),
-        ("PUT", BASE + "/{topic}", "create_topic"),
-        ("GET", BASE + "/{topic}", "get_topic"),
-        ("DELETE", BASE + "/{topic}", "delete_topic"),
-        ("PUT", BASE + "/{topic}/properties", "update_topic"),
+        Route(
+            "GET",
+            BASE,
+            "list_topics",
+            Need(On.TOPICS, (D,)),
+            Doc("Names of the namespace's topics, sorted", json_ok("TopicList"), (400, 503)),
+        ),
+        Route(
+            "PUT",
+            BASE + "/{topic}",
+            "create_topic",
+            Need(On.TOPIC, (Operation.CREATE,), or_cluster=Operation.CREATE),
+            Doc(
+                "Create a topic, optionally with properties (and so its namespace)",
+                json_ok("Topic"),
+                (400, 409, 413, 415, 503),
+                body=PROPERTIES_BODY,
+            ),
+        ),
+        Route(
+            "GET",
+            BASE + "/{topic}",
+            "get_topic",
+            Need(On.TOPIC, (D,)),
+            Doc("A topic's properties", json_ok("Topic"), (400, 404, 503)),
+        ),
+        Route(
+            "DELETE",
+            BASE + "/{topic}",
+            "delete_topic",
+            Need(On.TOPIC, (Operation.DELETE,)),
+            Doc("Delete a topic", EMPTY_OK, (400, 404, 503)),
+        ),
+        Route(
+            "PUT",
+            BASE + "/{topic}/properties",
+            "update_topic",
+            Need(On.TOPIC, (Operation.ALTER_CONFIGS,)),
+            Doc(
+                "Replace all of a topic's properties",
+                json_ok("Topic"),
+                (400, 404, 413, 415, 503),
+                body={**PROPERTIES_BODY, "required": True},
+            ),
+        ),
     )
 
     def __init__(self, services: Services, config: HttpConfig) -> None:
         self.services = services
         self.store = services.store
+        self.lookup = TopicLookup(services)
 
     async def list_topics(self, request: Request) -> Response:
         namespace = check_namespace(request.path_params["namespace"])
         topics = await self.services.run(self.store.list_topics, namespace)
+        if not topics:  # none: is there such a namespace at all?
+            await self.lookup.check_namespace(namespace)
         return json_response(sorted(t.topic for t in topics))
 
     async def create_topic(self, request: Request) -> Response:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from tmsgate.gateway.acls import Operation
 from tmsgate.gateway.errors import BadRequest
 from tmsgate.gateway.transactions import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, Manifest
 from tmsgate.protocol.tms_http import AVRO_CONTENT_TYPE, media_type
@@ -19,6 +20,8 @@ from tmsgate.storage import StoredRange, TopicId, Transaction
 
 from .config import HttpConfig
 from .errors import json_response, read_json_object, topic_id, write_pointer_of
+from .openapi import AVRO_TYPE, JSON_TYPE, json_ok, ref
+from .routes import Doc, Need, On, Route
 
 if TYPE_CHECKING:
     from tmsgate.gateway.services import Services
@@ -49,15 +52,95 @@ def timeout_of(doc: dict[str, Any]) -> float:
     return float(value)
 
 
+# kafka-acls.sh refuses Write on --cluster (Kafka's valid cluster operations), so
+# IdempotentWrite, which it grants, does as well.
+WRITE = (Operation.WRITE, Operation.IDEMPOTENT_WRITE)
+DESCRIBE = (Operation.DESCRIBE,)
+
+
+def _transaction_ok(description: str) -> dict[str, Any]:
+    content = {
+        JSON_TYPE: {"schema": ref("Transaction")},
+        AVRO_TYPE: {"schema": {"type": "string", "format": "binary"}},
+    }
+    return {"200": {"description": description, "content": content}}
+
+
+def _ending(action: str, need: Need) -> Route:
+    return Route(
+        "POST",
+        BASE + "/{wp}/" + action,
+        action,
+        need,
+        Doc(
+            f"{action.capitalize()} an in-progress transaction",
+            json_ok("TransactionState"),
+            (400, 409, 503),
+            operation_id=f"{action}Transaction",
+        ),
+    )
+
+
 class TransactionHandlers:
     ROUTES = (
-        ("POST", BASE, "start_transaction"),
-        ("GET", BASE, "list_transactions"),
-        ("POST", BASE + "/snapshot", "snapshot"),
-        ("GET", BASE + "/{wp}", "transaction_state"),
-        ("POST", BASE + "/{wp}/commit", "commit"),
-        ("POST", BASE + "/{wp}/abort", "abort"),
-        ("POST", BASE + "/{wp}/invalidate", "invalidate"),
+        Route(
+            "POST",
+            BASE,
+            "start_transaction",
+            Need(On.CLUSTER, WRITE, keyed=True),
+            Doc(
+                "Start a transaction. With Accept: avro/binary the answer is the encoded "
+                "transaction itself.",
+                _transaction_ok("The transaction"),
+                (400, 413, 415, 503),
+                body={
+                    "required": False,
+                    "content": {JSON_TYPE: {"schema": ref("TransactionStart")}},
+                },
+            ),
+        ),
+        Route(
+            "GET",
+            BASE,
+            "list_transactions",
+            Need(On.CLUSTER, DESCRIBE),
+            Doc("Transactions in progress and the invalid list", json_ok("TransactionList")),
+        ),
+        # Read pointers only: what a transactional poll then reads needs READ on its topic.
+        Route(
+            "POST",
+            BASE + "/snapshot",
+            "snapshot",
+            Need(On.LOGIN),
+            Doc(
+                "A read-only snapshot (write pointer 0) for transactional polls",
+                _transaction_ok("The snapshot"),
+            ),
+        ),
+        Route(
+            "GET",
+            BASE + "/{wp}",
+            "transaction_state",
+            Need(On.CLUSTER, DESCRIBE),
+            Doc("A transaction's state", json_ok("TransactionState"), (400,)),
+        ),
+        Route(
+            "POST",
+            BASE + "/{wp}/commit",
+            "commit",
+            Need(On.CLUSTER, WRITE, manifest=True),
+            Doc(
+                "Commit an in-progress transaction; with a manifest, publish only the "
+                "listed stores' rows first (recorded, replayed after a crash)",
+                json_ok("TransactionState"),
+                (400, 404, 409, 413, 415, 503),
+                body={"required": False, "content": {JSON_TYPE: {"schema": ref("Commit")}}},
+                operation_id="commitTransaction",
+            ),
+        ),
+        _ending("abort", Need(On.CLUSTER, WRITE)),
+        # An operator's: any transaction.
+        _ending("invalidate", Need(On.CLUSTER, (Operation.ALTER,))),
     )
 
     def __init__(self, services: Services, config: HttpConfig) -> None:
