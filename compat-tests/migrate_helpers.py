@@ -161,7 +161,7 @@ class Run:
 class Migration:
     """`tmsgate migrate ...` as a background process (stdout and stderr to files)."""
 
-    def __init__(self, workdir: Path, args: list[str]) -> None:
+    def __init__(self, workdir: Path, args: list[str], cwd: Path | None = None) -> None:
         self.args = args
         workdir.mkdir(parents=True, exist_ok=True)
         n = len(list(workdir.glob("migrate-*.out")))
@@ -175,6 +175,7 @@ class Migration:
                 stderr=err,
                 env=_env(),
                 start_new_session=True,
+                cwd=cwd,
             )
 
     def signal(self, sig: int) -> None:
@@ -227,9 +228,11 @@ def listening_ports(pid: int) -> list[int]:
     return ports
 
 
-def migrate(workdir: Path, *args: str, timeout: float = MIGRATE_TIMEOUT_S) -> Run:
-    """Run `tmsgate migrate ARGS` to its end."""
-    return Migration(workdir, list(args)).wait(timeout)
+def migrate(
+    workdir: Path, *args: str, timeout: float = MIGRATE_TIMEOUT_S, cwd: Path | None = None
+) -> Run:
+    """Run `tmsgate migrate ARGS` to its end (in directory ``cwd``: default this one)."""
+    return Migration(workdir, list(args), cwd).wait(timeout)
 
 
 # --------------------------------------------------------------------------- Kafka clients

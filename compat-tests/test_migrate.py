@@ -16,7 +16,9 @@ a store directory (`--store`), the command run as a subprocess, and real clients
 - a consumer group switching clusters mid-stream while producers keep writing to the
   source and --follow copies: every record exactly once; ordinary producers get
   POLICY_VIOLATION until SIGINT ends the follow with --finish;
-- --dry-run changes nothing (--to and --store); --verify exits 1 on a difference;
+- --dry-run changes nothing (--to and --store), lists the groups it would copy and creates
+  no store (a relative leveldb:// path); an unreachable source says so and changes
+  nothing; --verify exits 1 on a difference;
   refusals (a target topic with records not being migrated, more partitions on the
   target, a store whose gateway runs) and a grow;
 - committed `tms.tx.write_pointer` records of a tmsgate source are copied; a topic being
@@ -37,7 +39,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from compat_helpers import wait_until
+from compat_helpers import free_port, wait_until
 from migrate_helpers import (
     Migration,
     Offsets,
@@ -590,6 +592,39 @@ def test_dry_run_lists_the_plan_and_changes_nothing(source, servers, name, tmp_p
     assert f"create {grown}: 3 partitions" in run.out, run
     store.start()
     assert not [x for x in topics(store.bootstrap) if x.startswith(name.prefix)]
+
+
+def test_dry_run_lists_groups_and_creates_no_store(source, name, tmp_path):
+    """leveldb://rel/store is rel/store under the current directory; a dry run lists the
+    groups it would copy (and why not) and leaves no directory behind."""
+    s = source.bootstrap
+    topic, idle, busy = name("t"), name("idle"), name("busy")
+    create_topic(s, topic, 2)
+    produce(s, topic, recs(0, 4, "a") + recs(1, 2, "b"))
+    commit_offsets(s, idle, {(topic, 0): 3, (topic, 1): 2})
+    c = group_consumer(s, busy, topic)
+    try:
+        consume_n(c, 1)
+        args = ["--from", s, "--topics", name.all, "--groups", name.all, "--dry-run"]
+        run = migrate(tmp_path, *args, "--store", "leveldb://rel/store", cwd=tmp_path)
+    finally:
+        c.close()
+    assert run.rc == 0, run
+    assert f"({tmp_path / 'rel' / 'store'}) does not exist yet" in run.out, run
+    assert f"copy {topic}-0: source [0, 4), target at 0, ~4 offsets to copy" in run.out, run
+    assert f"group {idle}: 2 offsets to copy" in run.out, run
+    assert re.search(rf"group {re.escape(busy)}: 0 offsets to copy skipped: 1 consumers", run.out)
+    assert not (tmp_path / "rel").exists()
+
+
+def test_an_unreachable_source_says_so_and_changes_nothing(tmp_path):
+    port = free_port()  # nothing listens there
+    store = tmp_path / "store"
+    run = migrate(tmp_path, "--from", f"127.0.0.1:{port}", "--store", f"leveldb://{store}")
+    assert run.rc == 1, run
+    assert f"cannot reach the source cluster (--from) at 127.0.0.1:{port}" in run.err, run
+    assert "run it again" not in run.err and "Traceback" not in run.err, run
+    assert not store.exists()
 
 
 # --------------------------------------------------------------------------- 6. --verify

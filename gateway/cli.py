@@ -1,7 +1,8 @@
 """``tmsgate`` command line. ``tmsgate serve`` runs the gateway (Kafka and HTTP) over a store.
 
-Every flag can also come from the environment (TMSGATE_STORE, TMSGATE_KAFKA_LISTEN,
-...), which is how containers configure it; a flag on the command line wins.
+Every serve option can also come from the environment (TMSGATE_STORE,
+TMSGATE_KAFKA_LISTEN, ...: gateway/serve_options.py), which is how containers configure
+it; an option on the command line wins.
 """
 
 from __future__ import annotations
@@ -11,16 +12,23 @@ import asyncio
 import ctypes
 import gc
 import logging
-import os
 import sys
 from collections.abc import Sequence
 
-from tmsgate.gateway import groups_cli, inspect_cli, users_cli
-from tmsgate.pipelines import migrate, pipeline_cli
+from tmsgate.gateway import groups_cli, inspect_cli, serve_options, users_cli
+from tmsgate.gateway.serve_options import (
+    DEFAULT_HTTP_LISTEN,
+    DEFAULT_KAFKA_LISTEN,
+    DEFAULT_STORE,
+)
+from tmsgate.pipelines import migrate_cli, pipeline_cli
 
-DEFAULT_STORE = "leveldb://./data"
-DEFAULT_KAFKA_LISTEN = "127.0.0.1:9092"
-DEFAULT_HTTP_LISTEN = "127.0.0.1:8080"
+__all__ = ["DEFAULT_HTTP_LISTEN", "DEFAULT_KAFKA_LISTEN", "DEFAULT_STORE", "build_parser", "main"]
+# `tmsgate --help` shows this as it is: plain text, no reStructuredText markup.
+DESCRIPTION = (
+    "tmsgate: a Kafka-protocol gateway and the TMS HTTP API over one store. "
+    "`tmsgate serve` runs the gateway; the other commands look into a store or manage it."
+)
 log = logging.getLogger("tmsgate")
 
 
@@ -36,322 +44,18 @@ def parse_address(text: str, what: str = "address") -> tuple[str, int]:
     return host, number
 
 
-def _env(name: str, default: str | None) -> str | None:
-    return os.environ.get(name, default)
-
-
-def _env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    return raw.strip().lower() in ("1", "true", "yes", "on")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tmsgate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="tmsgate", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the gateway: Kafka and HTTP over one store")
-    s.add_argument(
-        "--store",
-        default=_env("TMSGATE_STORE", DEFAULT_STORE),
-        help="store URL, e.g. leveldb:///var/lib/tmsgate (env TMSGATE_STORE)",
-    )
-    s.add_argument(
-        "--cluster",
-        action="store_true",
-        default=_env_bool("TMSGATE_CLUSTER", False),
-        help="share the store with other gateways (hbase://): each partition is led by one "
-        "gateway at a time, by lease; needs a distinct --node-id each (env TMSGATE_CLUSTER)",
-    )
-    s.add_argument(
-        "--node-id",
-        type=int,
-        default=int(_env("TMSGATE_NODE_ID", "0") or 0),
-        help="this gateway's Kafka broker id, unique among the gateways of one store "
-        "(default 0) (env TMSGATE_NODE_ID)",
-    )
-    s.add_argument(
-        "--lease-ms",
-        type=int,
-        default=int(_env("TMSGATE_LEASE_MS", "10000") or 10000),
-        help="with --cluster: how long a dead gateway's partitions wait before another takes "
-        "them over (default 10000) (env TMSGATE_LEASE_MS)",
-    )
-    s.add_argument(
-        "--kafka-listen",
-        default=_env("TMSGATE_KAFKA_LISTEN", DEFAULT_KAFKA_LISTEN),
-        help="host:port of the Kafka listener (env TMSGATE_KAFKA_LISTEN)",
-    )
-    s.add_argument(
-        "--kafka-advertised",
-        default=_env("TMSGATE_KAFKA_ADVERTISED", None),
-        help="host:port clients are told to connect to (default: the listen "
-        "address) (env TMSGATE_KAFKA_ADVERTISED)",
-    )
-    s.add_argument(
-        "--kafka-security",
-        choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"),
-        default=_env("TMSGATE_KAFKA_SECURITY", "plaintext"),
-        help="the Kafka listener's security protocol; sasl_*: clients log in as a user of "
-        "`tmsgate users`; ssl, sasl_ssl: TLS with --tls-cert and --tls-key "
-        "(env TMSGATE_KAFKA_SECURITY)",
-    )
-    s.add_argument(
-        "--connections-max-reauth-ms",
-        type=int,
-        default=int(_env("TMSGATE_CONNECTIONS_MAX_REAUTH_MS", "0") or 0),
-        help="a SASL login lasts this long; the client must log in again on its connection "
-        "(KIP-368) or is disconnected (Kafka's connections.max.reauth.ms; 0: forever) "
-        "(env TMSGATE_CONNECTIONS_MAX_REAUTH_MS)",
-    )
-    s.add_argument(
-        "--tls-cert",
-        default=_env("TMSGATE_TLS_CERT", None),
-        help="PEM certificate chain of the Kafka listener (ssl, sasl_ssl) (env TMSGATE_TLS_CERT)",
-    )
-    s.add_argument(
-        "--tls-key",
-        default=_env("TMSGATE_TLS_KEY", None),
-        help="PEM private key of --tls-cert (env TMSGATE_TLS_KEY)",
-    )
-    s.add_argument(
-        "--tls-client-ca",
-        default=_env("TMSGATE_TLS_CLIENT_CA", None),
-        help="PEM CA certificates: ssl clients must present a certificate it signed, and "
-        "are User:<its CN> (Kafka's ssl.client.auth=required) (env TMSGATE_TLS_CLIENT_CA)",
-    )
-    s.add_argument(
-        "--authorizer",
-        choices=("none", "acl"),
-        default=_env("TMSGATE_AUTHORIZER", "none"),
-        help="acl: check Kafka ACLs (kafka-acls.sh) on the Kafka and HTTP listeners "
-        "(Kafka's authorizer.class.name) (env TMSGATE_AUTHORIZER)",
-    )
-    s.add_argument(
-        "--super-users",
-        default=_env("TMSGATE_SUPER_USERS", ""),
-        help="principals allowed everything, e.g. User:admin,User:ops (Kafka's super.users; "
-        "',' or ';' between them) (env TMSGATE_SUPER_USERS)",
-    )
-    s.add_argument(
-        "--allow-everyone-if-no-acl-found",
-        action=argparse.BooleanOptionalAction,
-        default=_env_bool("TMSGATE_ALLOW_EVERYONE_IF_NO_ACL_FOUND", False),
-        help="Kafka's allow.everyone.if.no.acl.found: a resource without any ACL is open "
-        "to all (env TMSGATE_ALLOW_EVERYONE_IF_NO_ACL_FOUND)",
-    )
-    s.add_argument(
-        "--sasl-mechanisms",
-        default=_env("TMSGATE_SASL_MECHANISMS", "SCRAM-SHA-256,SCRAM-SHA-512"),
-        help="Kafka's sasl.enabled.mechanisms, from PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
-        "(env TMSGATE_SASL_MECHANISMS)",
-    )
-    s.add_argument(
-        "--http-listen",
-        default=_env("TMSGATE_HTTP_LISTEN", DEFAULT_HTTP_LISTEN),
-        help="host:port of the TMS HTTP API and transaction service (env TMSGATE_HTTP_LISTEN)",
-    )
-    s.add_argument(
-        "--http-tls-cert",
-        default=_env("TMSGATE_HTTP_TLS_CERT", None),
-        help="PEM certificate chain: serve the HTTP API over HTTPS (env TMSGATE_HTTP_TLS_CERT)",
-    )
-    s.add_argument(
-        "--http-tls-key",
-        default=_env("TMSGATE_HTTP_TLS_KEY", None),
-        help="PEM private key of --http-tls-cert (env TMSGATE_HTTP_TLS_KEY)",
-    )
-    s.add_argument(
-        "--http-auth",
-        choices=("none", "required"),
-        default=_env("TMSGATE_HTTP_AUTH", "none"),
-        help="required: HTTP requests name a user, by HTTP Basic (HTTPS only) or a bearer "
-        "token of `tmsgate users token`; /healthz, /readyz and /openapi.json stay open "
-        "(env TMSGATE_HTTP_AUTH)",
-    )
-    s.add_argument(
-        "--no-http",
-        action="store_true",
-        default=_env_bool("TMSGATE_NO_HTTP", False),
-        help="serve Kafka only (env TMSGATE_NO_HTTP)",
-    )
-    s.add_argument(
-        "--http-max-body-mb",
-        type=int,
-        default=int(_env("TMSGATE_HTTP_MAX_BODY_MB", "64") or 0),
-        help="largest HTTP request body accepted; larger ones get 413",
-    )
-    s.add_argument(
-        "--http-max-poll",
-        type=int,
-        default=int(_env("TMSGATE_HTTP_MAX_POLL", "10000") or 0),
-        help="most messages one HTTP poll returns, whatever its limit asks",
-    )
-    s.add_argument(
-        "--namespace",
-        default=_env("TMSGATE_NAMESPACE", "default"),
-        help="TMS namespace holding the Kafka topics (env TMSGATE_NAMESPACE)",
-    )
-    s.add_argument(
-        "--metrics-listen",
-        default=_env("TMSGATE_METRICS_LISTEN", None),
-        help="host:port for Prometheus /metrics; off unless given (env TMSGATE_METRICS_LISTEN)",
-    )
-    s.add_argument(
-        "--auto-create-topics",
-        action=argparse.BooleanOptionalAction,
-        default=_env_bool("TMSGATE_AUTO_CREATE_TOPICS", True),
-        help="Kafka's auto.create.topics.enable (env TMSGATE_AUTO_CREATE_TOPICS)",
-    )
-    s.add_argument(
-        "--num-partitions",
-        type=int,
-        default=int(_env("TMSGATE_NUM_PARTITIONS", "1") or 1),
-        help="Kafka's num.partitions: partitions of auto-created topics and of "
-        "CreateTopics asking for -1 (env TMSGATE_NUM_PARTITIONS)",
-    )
-    s.add_argument(
-        "--max-request-bytes",
-        type=int,
-        default=int(_env("TMSGATE_MAX_REQUEST_BYTES", str(100 << 20)) or 0),
-        help="largest request accepted (Kafka's socket.request.max.bytes)",
-    )
-    s.add_argument(
-        "--queued-max-request-bytes",
-        type=int,
-        default=int(_env("TMSGATE_QUEUED_MAX_REQUEST_BYTES", str(256 << 20)) or 0),
-        help="memory for requests being received, all connections together; beyond it "
-        "sockets are not read until requests are taken (Kafka's queued.max.request.bytes; "
-        "-1: unbounded) (env TMSGATE_QUEUED_MAX_REQUEST_BYTES)",
-    )
-    s.add_argument(
-        "--idle-timeout-ms",
-        type=int,
-        default=int(_env("TMSGATE_IDLE_TIMEOUT_MS", "600000") or 0),
-        help="close connections idle this long (connections.max.idle.ms)",
-    )
-    s.add_argument(
-        "--max-message-bytes",
-        type=int,
-        default=int(_env("TMSGATE_MAX_MESSAGE_BYTES", "1048588") or 0),
-        help="default max.message.bytes of topics",
-    )
-    s.add_argument(
-        "--fetch-cache-mb",
-        type=int,
-        default=int(_env("TMSGATE_FETCH_CACHE_MB", "512") or 0),
-        help="memory for produced record batches kept for consumers near the head (0: off)",
-    )
-    s.add_argument(
-        "--janitor-interval-s",
-        type=float,
-        default=float(_env("TMSGATE_JANITOR_INTERVAL_S", "60") or 0),
-        help="how often expired and deleted data is removed from disk (0: never)",
-    )
-    # Log compaction (storage/compaction.py, docs/compaction.md): the cleaner, and the
-    # broker-level defaults of Kafka's compaction topic configs.
-    for flag, env, default, help_ in _CLEANER_OPTIONS:
-        s.add_argument(
-            flag,
-            type=float if "ratio" in flag or "share" in flag else int,
-            default=(float if "ratio" in flag or "share" in flag else int)(_env(env, default) or 0),
-            help=f"{help_} (env {env})",
-        )
-    s.add_argument(
-        "--transaction-max-timeout-ms",
-        type=int,
-        default=int(_env("TMSGATE_TRANSACTION_MAX_TIMEOUT_MS", "900000") or 0),
-        help="the longest transaction.timeout.ms a Kafka transactional producer may ask "
-        "for (Kafka's transaction.max.timeout.ms; env TMSGATE_TRANSACTION_MAX_TIMEOUT_MS)",
-    )
-    s.add_argument(
-        "--transactional-id-expiration-ms",
-        type=int,
-        default=int(_env("TMSGATE_TRANSACTIONAL_ID_EXPIRATION_MS", "604800000") or 0),
-        help="how long a transactional id with no transaction open is kept after its last "
-        "use (Kafka's transactional.id.expiration.ms; env "
-        "TMSGATE_TRANSACTIONAL_ID_EXPIRATION_MS)",
-    )
-    s.add_argument(
-        "--disk-reserve-mb",
-        type=int,
-        default=int(_env("TMSGATE_DISK_RESERVE_MB", "64") or 0),
-        help="space kept back in <store>/reserve for a full disk: below this much free, "
-        "writes are refused and the reserve is released so that reads, deletes and a "
-        "restart still work; writes resume at three times as much free (0: no reserve) "
-        "(env TMSGATE_DISK_RESERVE_MB)",
-    )
-    s.add_argument(
-        "--log-level",
-        default=_env("TMSGATE_LOG_LEVEL", "INFO"),
-        help="DEBUG, INFO, WARNING, ... (env TMSGATE_LOG_LEVEL)",
-    )
+    serve_options.add_serve_command(sub)
     inspect_cli.add_commands(sub)
     groups_cli.add_commands(sub)
-    migrate.add_commands(sub)
+    migrate_cli.add_commands(sub)
     pipeline_cli.add_commands(sub)
     users_cli.add_commands(sub)
     return parser
 
 
-_CLEANER_OPTIONS = (
-    (
-        "--cleaner-buffer-mb",
-        "TMSGATE_CLEANER_BUFFER_MB",
-        "128",
-        "memory for the compaction cleaner's key map; a topic with more keys is cleaned in "
-        "several passes (Kafka's log.cleaner.dedupe.buffer.size)",
-    ),
-    (
-        "--cleaner-backoff-ms",
-        "TMSGATE_CLEANER_BACKOFF_MS",
-        "15000",
-        "pause between the cleaner's runs over the compacted topics (log.cleaner.backoff.ms)",
-    ),
-    (
-        "--cleaner-max-share",
-        "TMSGATE_CLEANER_MAX_SHARE",
-        "0.5",
-        "the most of its time the cleaner works while it runs, sleeping the rest, so that "
-        "produce and fetch keep the interpreter lock (1: no pauses)",
-    ),
-    (
-        "--log-cleaner-min-cleanable-ratio",
-        "TMSGATE_LOG_CLEANER_MIN_CLEANABLE_RATIO",
-        "0.5",
-        "default min.cleanable.dirty.ratio of compacted topics",
-    ),
-    (
-        "--log-cleaner-min-compaction-lag-ms",
-        "TMSGATE_LOG_CLEANER_MIN_COMPACTION_LAG_MS",
-        "0",
-        "default min.compaction.lag.ms",
-    ),
-    (
-        "--log-cleaner-max-compaction-lag-ms",
-        "TMSGATE_LOG_CLEANER_MAX_COMPACTION_LAG_MS",
-        "9223372036854775807",
-        "default max.compaction.lag.ms",
-    ),
-    (
-        "--log-cleaner-delete-retention-ms",
-        "TMSGATE_LOG_CLEANER_DELETE_RETENTION_MS",
-        "86400000",
-        "default delete.retention.ms: how long tombstones stay once cleaned",
-    ),
-    (
-        "--log-segment-ms",
-        "TMSGATE_LOG_SEGMENT_MS",
-        "604800000",
-        "default segment.ms: the newest rows published within it are the head, not cleaned",
-    ),
-    (
-        "--log-segment-bytes",
-        "TMSGATE_LOG_SEGMENT_BYTES",
-        "1073741824",
-        "default segment.bytes: the head is the newest rows under this many bytes",
-    ),
-)
 # serve option -> (CompactionSettings field, the topic config it is the default of)
 _CLEANER_FIELDS = {
     "log_cleaner_min_cleanable_ratio": ("min_cleanable_dirty_ratio", "min.cleanable.dirty.ratio"),
@@ -576,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "groups":
         return groups_cli.run(args)
     if args.command == "migrate":
-        return migrate.run(args)
+        return migrate_cli.run(args)
     if args.command == "pipeline":
         return pipeline_cli.run(args)
     if args.command == "users":

@@ -1,13 +1,15 @@
 """Operator commands that look into a store without consuming from it.
 
     tmsgate topics list [--namespace NS]
-    tmsgate topics describe TOPIC
+    tmsgate topics describe [TOPIC ...] [--cluster]
     tmsgate topics delete-records TOPIC --offset N [--partition P]
-    tmsgate inspect TOPIC --from OFFSET|TIME|MESSAGE-ID [--limit N] [--tx]
+    tmsgate inspect TOPIC [--partition P] --from OFFSET|TIME|MESSAGE-ID [--limit N] [--tx]
     tmsgate tx list
 
 They open the store directly; when a running gateway holds it locked they read a
-point-in-time copy instead (``open_store(..., snapshot=True)``).
+point-in-time copy instead (``open_store(..., snapshot=True)``). Topics are Kafka's: a
+topic of N partitions (N TMS topics ``name``, ``name~1``, ...) is shown once, with its
+partitions, through the read model of gateway/views.py.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import datetime as dt
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from tmsgate.storage import (
     TX_PER_MS,
@@ -27,8 +30,14 @@ from tmsgate.storage import (
     StorageError,
     Store,
     TopicId,
+    TopicNotFound,
     open_store,
 )
+from tmsgate.storage.leases import wall_clock_ms
+from tmsgate.storage.partitions import partition_count, shared_properties
+
+from .cluster import PARTITION, node_of
+from .views import SizeCache, TopicsView, TopicView
 
 DEFAULT_STORE = "leveldb://./data"
 
@@ -53,10 +62,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
     topics = sub.add_parser("topics", help="list or describe topics")
     tsub = topics.add_subparsers(dest="topics_command", required=True)
-    common(tsub.add_parser("list", help="list the topics of a namespace"))
-    describe = tsub.add_parser("describe", help="properties, generation and offsets of topics")
+    common(tsub.add_parser("list", help="the Kafka topics of a namespace and their partitions"))
+    describe = tsub.add_parser(
+        "describe", help="configs, partitions, offsets and sizes of topics (default: all)"
+    )
     common(describe)
     describe.add_argument("topic", nargs="*")
+    describe.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also each partition's leader: the node id of the gateway holding its lease "
+        "(a store shared by `tmsgate serve --cluster` gateways)",
+    )
     delete = tsub.add_parser(
         "delete-records",
         help="move a partition's log start (Kafka's DeleteRecords) on a store no gateway "
@@ -73,6 +90,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     inspect = sub.add_parser("inspect", help="show messages without consuming them")
     common(inspect)
     inspect.add_argument("topic")
+    inspect.add_argument("--partition", type=int, default=0, help="default: %(default)s")
     inspect.add_argument(
         "--from",
         dest="start",
@@ -91,13 +109,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 @contextmanager
-def open_for_reading(url: str) -> Iterator[Store]:
+def open_for_reading(url: str, shared: bool = False) -> Iterator[Store]:
+    """``shared``: a store several gateways use (``serve --cluster``): opened as one of
+    them would, so that it settles no other gateway's writes."""
     try:
-        store = open_store(url)
+        store = open_store(url, shared=shared)
     except BackendError as exc:
         if "lock" not in str(exc).lower():
             raise
-        store = open_store(url, snapshot=True)
+        store = open_store(url, snapshot=True, shared=shared)
         print(f"(store in use; reading a point-in-time copy of {url})", file=sys.stderr)
     try:
         yield store
@@ -132,45 +152,153 @@ def cmd_delete_records(args: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     if args.topics_command == "delete-records":
         return cmd_delete_records(args)
-    with open_for_reading(args.store) as store:
+    cluster = getattr(args, "cluster", False)
+    with open_for_reading(args.store, shared=cluster) as store:
         if args.topics_command == "list":
-            for t in store.list_topics(args.namespace):
-                print(json.dumps({"topic": t.topic}) if args.json else t.topic)
+            _list_topics(TopicsView(store, args.namespace).names(), args.json)
             return 0
-        names = args.topic or [t.topic for t in store.list_topics(args.namespace)]
-        for name in names:
-            t = TopicId(args.namespace, name)
-            md = store.get_topic(t)
-            earliest, nxt = store.offsets(t)
-            doc = {
-                "topic": name,
-                "namespace": args.namespace,
-                "generation": md.generation,
-                "topic_id": md.topic_uuid.hex(),
-                "properties": md.properties,
-                "earliest_offset": earliest,
-                "next_offset": nxt,
-                "last_stable_offset": store.last_stable_offset(t),
-            }
-            cleaning = store.compaction_status(t)
-            if cleaning is not None:
-                doc["compaction"] = cleaning
+        view = TopicsView(
+            store,
+            args.namespace,
+            size_of=SizeCache(store),
+            leader_of=leaders(store) if cluster else lambda t: None,
+        )
+        if not args.topic:
+            topics = view.topics()
+        else:
+            topics = [_one_topic(view, name, args.namespace) for name in args.topic]
+        for topic in topics:
             if args.json:
-                print(json.dumps(doc))
+                print(json.dumps(topic_document(topic)))
             else:
-                print(
-                    f"{name}  generation={md.generation}  offsets=[{earliest}, {nxt})"
-                    f"  lso={doc['last_stable_offset']}  id={doc['topic_id']}"
-                    f"  properties={json.dumps(md.properties, sort_keys=True)}"
-                )
-                if cleaning is not None:
-                    print(
-                        f"  compaction: dirty ratio {cleaning['dirty_ratio']}"
-                        f"  first dirty offset {cleaning['first_dirty_offset']}"
-                        f"  cleaner lag {cleaning['lag_ms']} ms"
-                        f"  clean {cleaning['clean_bytes']} B, dirty {cleaning['dirty_bytes']} B"
-                    )
+                print("\n".join(describe_lines(topic, cluster)))
     return 0
+
+
+def _one_topic(view: TopicsView, name: str, namespace: str) -> TopicView:
+    _kafka_topic(namespace, name)
+    try:
+        return view.topic(name)
+    except TopicNotFound:
+        raise TopicNotFound(f"{name!r} (namespace {namespace})") from None
+
+
+def _kafka_topic(namespace: str, name: str) -> TopicId:
+    """The TMS topic of partition 0 of Kafka topic ``name``; StorageError for a name that
+    is not a Kafka topic's (a partition's TMS topic, ``orders~1``, or no valid name)."""
+    try:
+        t = TopicId(namespace, name)
+    except ValueError as exc:
+        raise StorageError(str(exc)) from None
+    if t.partition:
+        raise StorageError(
+            f"{name!r} is partition {t.partition} of topic {t.kafka_name!r}: name the "
+            f"topic ({t.kafka_name}), and for inspect the partition (--partition {t.partition})"
+        )
+    return t
+
+
+def _list_topics(names: list[tuple[str, int]], as_json: bool) -> None:
+    if as_json:
+        for name, count in names:
+            print(json.dumps({"topic": name, "partitions": count}))
+        return
+    if not names:
+        print("no topics", file=sys.stderr)
+        return
+    width = max(len("TOPIC"), *(len(n) for n, _ in names))
+    print(f"{'TOPIC':<{width}}  PARTITIONS")
+    for name, count in names:
+        print(f"{name:<{width}}  {count}")
+
+
+def leaders(store: Store) -> Callable[[TopicId], int | None]:
+    """Each partition's leader as the leases in the store say (gateway/cluster.py): the
+    node id of the gateway holding its ``partition/<topic>`` lease, unexpired; None for
+    a partition no gateway leads now (or a store no ``serve --cluster`` gateway uses)."""
+    now = wall_clock_ms()
+    held: dict[str, int] = {}
+    for lease in store.lease_table().all(PARTITION):
+        node = node_of(lease.holder)
+        if lease.held_at(now) and node is not None:
+            held[lease.name[len(PARTITION) :]] = node.node_id
+    return lambda topic: held.get(str(topic))
+
+
+def topic_document(topic: TopicView) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "topic": topic.name,
+        "namespace": topic.namespace,
+        "generation": topic.generation,
+        "topic_id": topic.topic_id,
+        "properties": shared_properties(topic.properties),
+        "partition_count": len(topic.partitions),
+        "size_bytes": topic.size_bytes,
+        "partitions": [
+            {
+                "partition": p.partition,
+                "earliest_offset": p.earliest_offset,
+                "next_offset": p.next_offset,
+                "last_stable_offset": p.last_stable_offset,
+                "messages": p.messages,
+                "size_bytes": p.size_bytes,
+                "leader": p.leader,
+            }
+            for p in topic.partitions
+        ],
+    }
+    if topic.compaction is not None:
+        doc["compaction"] = topic.compaction
+    return doc
+
+
+PARTITION_COLUMNS = ("Partition", "Earliest", "Next", "LSO", "Messages", "Size")
+
+
+def describe_lines(topic: TopicView, cluster: bool) -> list[str]:
+    """kafka-topics.sh --describe's layout (a topic line, its configs, then one line per
+    partition), with offsets and sizes instead of replicas."""
+    configs = ",".join(f"{k}={v}" for k, v in sorted(shared_properties(topic.properties).items()))
+    lines = [
+        f"Topic: {topic.name}\tTopicId: {topic.topic_id}\tPartitionCount: "
+        f"{len(topic.partitions)}\tGeneration: {topic.generation}"
+        f"\tSize: {_size(topic.size_bytes)}",
+        f"\tConfigs: {configs}",
+    ]
+    header = PARTITION_COLUMNS + (("Leader",) if cluster else ())
+    rows = [header]
+    for p in topic.partitions:
+        row = (
+            str(p.partition),
+            str(p.earliest_offset),
+            str(p.next_offset),
+            str(p.last_stable_offset),
+            str(p.messages),
+            _size(p.size_bytes),
+        )
+        rows.append(row + (("-" if p.leader is None else str(p.leader),) if cluster else ()))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines += [
+        "\t" + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    cleaning = topic.compaction
+    if cleaning is not None:
+        lines.append(
+            f"\tcompaction: dirty ratio {cleaning['dirty_ratio']}"
+            f"  first dirty offset {cleaning['first_dirty_offset']}"
+            f"  cleaner lag {cleaning['lag_ms']} ms"
+            f"  clean {cleaning['clean_bytes']} B, dirty {cleaning['dirty_bytes']} B"
+        )
+    return lines
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
 
 
 def parse_start(text: str) -> dict[str, object]:
@@ -196,7 +324,7 @@ def parse_start(text: str) -> dict[str, object]:
 def cmd_inspect(args: argparse.Namespace) -> int:
     start = parse_start(args.start)
     with open_for_reading(args.store) as store:
-        t = TopicId(args.namespace, args.topic)
+        t = _partition(store, args.namespace, args.topic, args.partition)
         tx = store.transactions.snapshot() if args.tx else None
         res = store.read(t, max_messages=max(1, args.limit), tx=tx, **start)  # type: ignore[arg-type]
         for m in res.messages:
@@ -217,6 +345,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             held = " (held at a transaction still in progress)" if res.held else ""
             print(f"-- {len(res.messages)} message(s); next offset {res.next_offset}{held}")
     return 0
+
+
+def _partition(store: Store, namespace: str, name: str, partition: int) -> TopicId:
+    """The TMS topic of a Kafka topic's partition; StorageError saying why not."""
+    try:
+        first = store.get_topic(_kafka_topic(namespace, name))
+    except TopicNotFound:
+        raise TopicNotFound(f"{name!r} (namespace {namespace})") from None
+    count = partition_count(first.properties)
+    if not 0 <= partition < count:
+        raise StorageError(
+            f"topic {name!r} has {count} partition{'s' if count > 1 else ''} "
+            f"(0..{count - 1}): there is no partition {partition}"
+        )
+    return TopicId.of_partition(namespace, name, partition)
 
 
 def cmd_tx(args: argparse.Namespace) -> int:

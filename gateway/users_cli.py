@@ -90,6 +90,11 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(users, sort_keys=True))
             return 0
+        if not users:
+            print(
+                f"no SCRAM users in {args.store} (add one: tmsgate users add NAME --password-stdin)"
+            )
+            return 0
         for name, mechs in sorted(users.items()):
             print(f"{name}\t" + ", ".join(f"{m} ({i} iterations)" for m, i in mechs.items()))
         return 0

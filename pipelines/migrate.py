@@ -18,22 +18,13 @@ while the writer's previous produce is being made durable.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import logging
 import re
-import signal
-import sys
-import time
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from aiokafka.errors import KafkaError
-from tmsgate.storage import StorageError
 
 from .batches import AbortedTracker, forward, gap, split_fetched, start_marker
 from .kafka_link import (
@@ -43,10 +34,8 @@ from .kafka_link import (
     RETRIABLE,
     FetchedPartition,
     Link,
-    LinkError,
 )
 from .progress import CopyProgress
-from .verify import verify
 
 log = logging.getLogger("tmsgate.migrate")
 MIGRATE_CLIENT_ID = "tmsgate-migrate"  # the target lets only this client id produce
@@ -68,7 +57,6 @@ FETCH_WAIT_MS = 500
 PRODUCE_MAX_BYTES = 16 << 20  # one produce request gathers fetched jobs up to this
 WRITES_IN_FLIGHT = 3  # produces awaiting the target's fsync at once
 QUEUED_JOBS = 4  # fetched, not yet written: bounds memory to ~QUEUED_JOBS x 32 MB
-GROUPS_EVERY_S = 10.0  # --follow: how often group offsets are copied meanwhile
 TP = tuple[str, int]
 
 
@@ -97,20 +85,6 @@ class Plan:
     grow: dict[str, int] = field(default_factory=dict)
     mark: dict[str, dict[str, str]] = field(default_factory=dict)  # existing, empty topics
     configs: dict[str, dict[str, str]] = field(default_factory=dict)  # target configs
-
-
-@dataclass(frozen=True)
-class Options:
-    source: str
-    target: str | None
-    store: str | None
-    topics: str
-    groups: str
-    follow: bool
-    finish: bool
-    verify: bool
-    force: bool
-    dry_run: bool
 
 
 class MigrationError(Exception):
@@ -409,12 +383,18 @@ class GroupResult:
 
 
 async def copy_groups(
-    source: Link, target: Link, groups_re: str, parts: dict[TP, Part], force: bool
+    source: Link,
+    target: Link,
+    groups_re: str,
+    parts: dict[TP, Part],
+    force: bool,
+    write: bool = True,
 ) -> list[GroupResult]:
     """Committed offsets of the selected groups, for the migrated partitions. A group is
     copied while no consumer runs in it on the source (or with ``force``) and none runs
     in it on the target yet; an offset only ever moves forward on the target, and only
-    up to where the copy has reached."""
+    up to where the copy has reached. ``write=False`` (--dry-run): what would be copied,
+    committing nothing."""
     pattern = re.compile(groups_re)
     out = []
     for group in await source.groups():
@@ -440,191 +420,9 @@ async def copy_groups(
                 waiting += 1
             elif offset > current.get(tp, (-1, ""))[0]:
                 todo[tp] = (offset, metadata)
-        if todo:
+        if todo and write:
             await target.commit(group, todo)
         result.copied = len(todo)
         if waiting:
             result.note = f"{waiting} offsets wait for the copy to reach them"
     return out
-
-
-# --- the command ----------------------------------------------------------------------------
-@contextlib.asynccontextmanager
-async def embedded_gateway(store_url: str) -> AsyncIterator[str]:
-    """A tmsgate gateway on the store, on a loopback port, for ``--store``."""
-    from tmsgate.gateway.kafka.config import GatewayConfig
-    from tmsgate.gateway.services import ServeConfig, serve
-
-    stop = asyncio.Event()
-    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    config = ServeConfig(store_url, GatewayConfig(host="127.0.0.1", port=0))
-    task = asyncio.ensure_future(
-        serve(config, stop=stop, on_ready=ready.set_result, handle_signals=False)
-    )
-    await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)
-    if not ready.done():
-        task.result()  # raises why the gateway did not start
-    host, port = ready.result().kafka_server.address
-    try:
-        yield f"{host}:{port}"
-    finally:
-        stop.set()
-        await task
-
-
-def _stop_on_signals(stop: asyncio.Event) -> Callable[[], None]:
-    """SIGINT/SIGTERM: stop fetching, write what was fetched, copy offsets, end cleanly.
-    A second SIGINT interrupts at once (the next run continues where the target ends)."""
-    loop = asyncio.get_running_loop()
-
-    def first() -> None:
-        log.warning("stopping: writing what was fetched (interrupt again to stop at once)")
-        stop.set()
-        loop.remove_signal_handler(signal.SIGINT)
-
-    loop.add_signal_handler(signal.SIGINT, first)
-    loop.add_signal_handler(signal.SIGTERM, first)
-
-    def restore() -> None:
-        loop.remove_signal_handler(signal.SIGINT)
-        loop.remove_signal_handler(signal.SIGTERM)
-
-    return restore
-
-
-async def migrate(opts: Options, out: Any = sys.stdout) -> int:
-    async with contextlib.AsyncExitStack() as stack:
-        target_bootstrap = opts.target
-        if target_bootstrap is None:
-            assert opts.store is not None
-            target_bootstrap = await stack.enter_async_context(embedded_gateway(opts.store))
-        source = Link(opts.source, f"{MIGRATE_CLIENT_ID}-source")
-        target = Link(target_bootstrap, MIGRATE_CLIENT_ID)
-        await source.start()
-        stack.push_async_callback(source.close)
-        await target.start()
-        stack.push_async_callback(target.close)
-        plan = await make_plan(source, target, opts.topics)
-        if opts.dry_run:
-            _print_plan(plan, out)
-            return 0
-        if not plan.parts:
-            print(f"no topic of {opts.source} matches {opts.topics!r}", file=out)
-        await prepare_target(target, plan)
-        stop = asyncio.Event()
-        restore = _stop_on_signals(stop)
-        stack.callback(restore)
-        parts = {p.tp: p for p in plan.parts}
-        with CopyProgress(plan.parts, out) as progress:
-            copier = Copier(source, target, plan.parts, opts.follow, stop, progress)
-            groups_task = None
-            if opts.follow:
-                groups_task = asyncio.ensure_future(
-                    _groups_meanwhile(source, target, opts, parts, stop)
-                )
-            began = time.monotonic()
-            try:
-                await copier.run()
-            finally:
-                if groups_task is not None:
-                    groups_task.cancel()
-            seconds = time.monotonic() - began
-        results = await copy_groups(source, target, opts.groups, parts, opts.force)
-        _print_summary(plan.parts, results, seconds, out)
-        topics = sorted({p.topic for p in plan.parts})
-        if opts.finish and topics:
-            await finish(target, topics)
-        if opts.verify:
-            ok = await verify(source.bootstrap, target.bootstrap, plan.parts, out)
-            return 0 if ok else 1
-    return 0
-
-
-async def _groups_meanwhile(
-    source: Link, target: Link, opts: Options, parts: dict[TP, Part], stop: asyncio.Event
-) -> None:
-    while not stop.is_set():
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), GROUPS_EVERY_S)
-        if stop.is_set():
-            return
-        try:
-            for r in await copy_groups(source, target, opts.groups, parts, opts.force):
-                if r.copied:
-                    log.info("group %s: %d offsets copied", r.group, r.copied)
-        except Exception as exc:  # the final copy at the end reports it
-            log.warning("copying group offsets failed (tried again later): %s", exc)
-
-
-def _print_plan(plan: Plan, out: Any) -> None:
-    for topic, (count, configs) in plan.create.items():
-        print(f"create {topic}: {count} partitions, configs {configs}", file=out)
-    for topic, count in plan.grow.items():
-        print(f"grow {topic} to {count} partitions", file=out)
-    for p in plan.parts:
-        todo = max(0, p.end - max(p.position, p.start))
-        print(
-            f"copy {p.topic}-{p.partition}: source [{p.start}, {p.end}), target at "
-            f"{p.position}, ~{todo} offsets to copy",
-            file=out,
-        )
-
-
-def _print_summary(parts: list[Part], groups: list[GroupResult], seconds: float, out: Any) -> None:
-    records, size = sum(p.records for p in parts), sum(p.size for p in parts)
-    print(
-        f"copied {records} records ({size / 1e6:.1f} MB) in {seconds:.2f} s "
-        f"({records / max(seconds, 1e-9):.0f} records/s); target now at:",
-        file=out,
-    )
-    for p in parts:
-        print(f"  {p.topic}-{p.partition}: next offset {p.position}", file=out)
-    for g in groups:
-        print(f"group {g.group}: {g.copied} offsets copied {g.note}".rstrip(), file=out)
-
-
-def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    m = sub.add_parser(
-        "migrate",
-        help="copy topics and group offsets from a Kafka cluster, keeping every offset",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    m.add_argument("--from", dest="source", required=True, help="source bootstrap host:port")
-    where = m.add_mutually_exclusive_group(required=True)
-    where.add_argument("--to", dest="target", help="a running tmsgate gateway's Kafka address")
-    where.add_argument("--store", help="a store URL (the gateway stopped), e.g. leveldb:///data")
-    m.add_argument("--topics", default=".*", help="regular expression over topic names")
-    m.add_argument("--groups", default=".*", help="regular expression over consumer groups")
-    m.add_argument("--follow", action="store_true", help="keep copying until interrupted")
-    m.add_argument(
-        "--finish",
-        action="store_true",
-        help="at the end, let ordinary producers write to the migrated topics (the cutover)",
-    )
-    m.add_argument("--verify", action="store_true", help="compare source and target at the end")
-    m.add_argument(
-        "--force", action="store_true", help="copy offsets of groups active on the source too"
-    )
-    m.add_argument("--dry-run", action="store_true", help="list what would be copied")
-    m.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-
-
-def run(args: argparse.Namespace) -> int:
-    opts = Options(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Options)})
-    started = time.monotonic()
-    try:
-        code = asyncio.run(migrate(opts))
-    except (MigrationError, LinkError) as exc:
-        log.error("migration stopped: %s (run it again to continue)", exc)
-        return 1
-    except KafkaError as exc:  # a cluster cannot be reached, or a request timed out
-        log.error("migration stopped: %s (run it again to continue)", exc)
-        return 1
-    except StorageError as exc:  # --store: the store cannot be opened
-        log.error("cannot open store %s: %s (is a gateway running on it?)", args.store, exc)
-        return 1
-    except KeyboardInterrupt:
-        log.error("interrupted: run it again to continue where the target ends")
-        return 130
-    log.info("migration ran %.1f s", time.monotonic() - started)
-    return code

@@ -7,13 +7,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tmsgate.storage import Entry, TopicId, open_store
+import pytest
+from tmsgate.gateway.cli import main
+from tmsgate.storage import Entry, TopicId, open_store, partitions
 
 TMSGATE = str(Path(sys.executable).with_name("tmsgate"))
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([TMSGATE, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+Capture = pytest.CaptureFixture[str]
+
+
+def here(capsys: Capture, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command run in this process (quicker than the console script, same code)."""
+    code = main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
 
 
 def test_topics_inspect_and_tx(tmp_path: Path) -> None:
@@ -28,12 +40,13 @@ def test_topics_inspect_and_tx(tmp_path: Path) -> None:
 
     out = run("topics", "list", "--store", url)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["audit"]
+    assert out.stdout.split() == ["TOPIC", "PARTITIONS", "audit", "1"]
 
     out = run("topics", "describe", "audit", "--store", url, "--json")
     doc = json.loads(out.stdout)
     assert doc["properties"] == {"ttl": "3600"}
-    assert (doc["earliest_offset"], doc["next_offset"], doc["last_stable_offset"]) == (0, 4, 2)
+    [p0] = doc["partitions"]
+    assert (p0["earliest_offset"], p0["next_offset"], p0["last_stable_offset"]) == (0, 4, 2)
 
     out = run("inspect", "audit", "--store", url, "--from", "1", "--json")
     rows = [json.loads(line) for line in out.stdout.splitlines()]
@@ -97,3 +110,76 @@ def test_compacted_topic_described_and_records_deleted(tmp_path: Path) -> None:
     assert out.returncode == 1 and "outside the topic's range" in out.stderr, out.stderr
     with open_store(url) as store:
         assert store.offsets(t) == (4, 10)
+
+
+def test_topics_are_kafka_topics_with_their_partitions(tmp_path: Path, capsys: Capture) -> None:
+    """A Kafka topic of 3 partitions (3 TMS topics: orders, orders~1, orders~2) is listed
+    and described once, with every partition; inspect reads any one of them."""
+    url = f"leveldb://{tmp_path / 'store'}"
+    with open_store(url) as store:
+        partitions.create(store, TopicId("default", "orders"), {"retention.ms": "60000"}, 3)
+        store.create_topic(TopicId("default", "audit"), {})
+        store.publish(TopicId.of_partition("default", "orders", 1), [b"a", b"b"])
+        store.publish(TopicId.of_partition("default", "orders", 2), [b"c"])
+        # a gateway of `serve --cluster` (node 2) leads partition 1: its lease, in the store
+        holder = "2 10.0.0.2:9092 - 4711.1"
+        assert store.lease_table().acquire("partition/default:orders~1", holder, 600_000)
+
+    out = here(capsys, "topics", "list", "--store", url, "--json")
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [
+        {"topic": "audit", "partitions": 1},
+        {"topic": "orders", "partitions": 3},
+    ]
+
+    out = here(capsys, "topics", "describe", "orders", "--store", url, "--json", "--cluster")
+    doc = json.loads(out.stdout)
+    assert doc["partition_count"] == 3 and doc["properties"] == {"retention.ms": "60000"}
+    rows = [
+        (p["partition"], p["next_offset"], p["messages"], p["leader"]) for p in doc["partitions"]
+    ]
+    assert rows == [(0, 0, 0, None), (1, 2, 2, 2), (2, 1, 1, None)]
+    sizes = [p["size_bytes"] for p in doc["partitions"]]
+    assert sizes[0] == 0 < sizes[2] < sizes[1] and doc["size_bytes"] == sum(sizes)
+
+    out = here(capsys, "topics", "describe", "--store", url, "--cluster")  # every topic, as a table
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("Topic: audit\t") and "PartitionCount: 1" in lines[0]
+    at = next(i for i, line in enumerate(lines) if line.startswith("Topic: orders\t"))
+    assert "PartitionCount: 3" in lines[at] and lines[at + 1] == "\tConfigs: retention.ms=60000"
+    assert lines[at + 2].split() == [
+        *("Partition", "Earliest", "Next", "LSO", "Messages", "Size", "Leader")
+    ]
+    assert [line.split()[:5] + line.split()[-1:] for line in lines[at + 3 : at + 6]] == [
+        ["0", "0", "0", "0", "0", "-"],
+        ["1", "0", "2", "2", "2", "2"],
+        ["2", "0", "1", "1", "1", "-"],
+    ]
+
+    for missing in ("nope", "orders~1"):
+        bad = here(capsys, "topics", "describe", missing, "--store", url)
+        assert bad.returncode == 1 and bad.stdout == "", bad
+    assert (
+        "'nope' (namespace default) does not exist"
+        in here(capsys, "topics", "describe", "nope", "--store", url).stderr
+    )
+    assert "partition 1 of topic 'orders'" in bad.stderr
+
+    out = here(capsys, "inspect", "orders", "--partition", "1", "--store", url, "--json")
+    assert [json.loads(line)["payload"] for line in out.stdout.splitlines()] == ["a", "b"]
+    out = here(capsys, "inspect", "orders", "--store", url, "--json")  # partition 0: empty
+    assert out.returncode == 0 and out.stdout == ""
+    bad = here(capsys, "inspect", "orders", "--partition", "3", "--store", url)
+    assert bad.returncode == 1
+    assert "has 3 partitions (0..2): there is no partition 3" in bad.stderr
+
+
+def test_empty_store_says_so(tmp_path: Path, capsys: Capture) -> None:
+    url = f"leveldb://{tmp_path / 'store'}"
+    with open_store(url):
+        pass
+    out = here(capsys, "users", "list", "--store", url)
+    assert out.returncode == 0 and out.stdout.startswith("no SCRAM users in"), out
+    out = here(capsys, "users", "list", "--store", url, "--json")
+    assert json.loads(out.stdout) == {}
+    out = here(capsys, "topics", "list", "--store", url)
+    assert out.returncode == 0 and out.stdout == "" and "no topics" in out.stderr

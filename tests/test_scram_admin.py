@@ -124,9 +124,9 @@ def sasl_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]
 
 @pytest.fixture(scope="module")
 def plain_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
-    """PLAINTEXT, so raw requests need no login: User:ANONYMOUS, who may manage users only
-    through an authorizer (here one that allows what no ACL names, as Kafka's option does;
-    test_anonymous_users_need_an_authorizer has none)."""
+    """PLAINTEXT, so raw requests need no login: User:ANONYMOUS, with an authorizer that
+    allows what no ACL names, as Kafka's option does (test_without_an_authorizer_anyone_
+    manages_users has none)."""
     with gateway_thread(
         tmp_path_factory.mktemp("scram-raw"), authorizer=True, allow_everyone_if_no_acl_found=True
     ) as g:
@@ -577,18 +577,28 @@ def test_cluster_authorization(acl_gw: GatewayThread) -> None:
     assert can_log_in(acl_gw, "dan", "pw", "SCRAM-SHA-256")
 
 
-def test_anonymous_users_need_an_authorizer(tmp_path: Path) -> None:
-    """Without an authorizer Kafka lets any client change users; here an anonymous one may
-    not (these users also sign in to the HTTP API), and a logged-in one may, as in Kafka."""
+def test_without_an_authorizer_anyone_manages_users(tmp_path: Path) -> None:
+    """As Kafka (KafkaApis' authorize is ``authorizer.forall``: true without one), any
+    client may change and list users when no authorizer runs, an anonymous one on a
+    PLAINTEXT listener too (docs/security.md)."""
     with gateway_thread(tmp_path / "open") as g:
         c = RawClient(g.address)
-        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         resp = c.request(ALTER(deletions=[], upsertions=[up("mallory")]), 0)
-        assert [r.error_code for r in resp.results] == [denied]
-        assert g.broker.users.entries("mallory") == {}
+        assert [(r.user, r.error_code) for r in resp.results] == [("mallory", ErrorCode.NONE)]
+        assert set(g.broker.users.entries("mallory")) == {"SCRAM-SHA-256"}
         resp = c.request(DESCRIBE(users=None), 0)
-        assert resp.error_code == denied and resp.results == []
+        assert resp.error_code == ErrorCode.NONE
+        assert [r.user for r in resp.results] == ["mallory"]
         c.close()
+        kp = KafkaAdminClient(bootstrap_servers=g.bootstrap)
+        try:
+            result = kp.alter_user_scram_credentials(
+                [KpUpsertion("nina", "SCRAM-SHA-512", "pw"), KpDeletion("mallory", "SCRAM-SHA-256")]
+            )
+        finally:
+            kp.close()
+        assert result == {"nina": None, "mallory": None}, result
+        assert g.broker.users.list() == {"nina": {"SCRAM-SHA-512": 4096}}
 
 
 # --- fuzz ---------------------------------------------------------------------------------------

@@ -58,12 +58,9 @@ class RequestContext:
         )
 
     def may_manage_users(self, operation: Operation) -> bool:
-        """Describe/AlterUserScramCredentials: Kafka's check, on the cluster. Without an
-        authorizer Kafka lets anyone in; here only a principal that logged in, because
-        these users also sign in to the HTTP API, whose --http-auth an anonymous client
-        could otherwise defeat by setting a user's password."""
-        if not self.broker.authorizer.enabled and self.session.principal is None:
-            return False
+        """Describe/AlterUserScramCredentials: Kafka's check, on the cluster; without an
+        authorizer anyone may, as in Kafka (whoever reaches a listener is trusted with
+        everything then: docs/security.md)."""
         return self.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
     def may_create_topic(self, name: str) -> bool:

@@ -14,8 +14,9 @@ writes them in one atomic batch. Results that succeeded come first, then the ref
 
 Logins made afterwards use the new credentials (each login reads the store); connections
 already logged in stay so, as in Kafka. A user left without any credential is gone, and
-its HTTP bearer tokens are revoked, as ``tmsgate users delete`` does. Needs ALTER on the
-cluster; without it every user gets CLUSTER_AUTHORIZATION_FAILED."""
+its HTTP bearer tokens are revoked, as ``tmsgate users delete`` does. With an authorizer
+it needs ALTER on the cluster (without it every user gets CLUSTER_AUTHORIZATION_FAILED);
+without one anyone may, as in Kafka, whose check is ``authorizer.forall``."""
 
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ users`` and the admin clients' describe_user_scram_credentials.
 
 As Kafka 4.1's broker (ScramImage.describe, measured): null or an empty list means every
 user with a credential; a named user without one gets RESOURCE_NOT_FOUND, and a name listed
-twice DUPLICATE_RESOURCE, once per name. It needs DESCRIBE on the cluster; without it the
-whole answer is CLUSTER_AUTHORIZATION_FAILED."""
+twice DUPLICATE_RESOURCE, once per name. With an authorizer it needs DESCRIBE on the
+cluster (without it the whole answer is CLUSTER_AUTHORIZATION_FAILED); without one anyone
+may, as in Kafka."""
 
 from __future__ import annotations
 
