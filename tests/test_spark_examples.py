@@ -83,7 +83,7 @@ def test_examples_generate_aggregate_and_export(spark, gw: GatewayThread, tmp_pa
         "1000",
         cwd=tmp_path,
     )
-    assert f"{ORDERS} orders written to orders" in out
+    assert f"{ORDERS} orders written to orders (1 partition) in " in out  # the summary line
     orders = [json.loads(v) for _, v in consume_all(gw.bootstrap, "orders", ORDERS)]
     assert len(orders) == ORDERS
     expected: dict[tuple[str, str], tuple[int, int]] = {}
@@ -95,7 +95,7 @@ def test_examples_generate_aggregate_and_export(spark, gw: GatewayThread, tmp_pa
 
     # Three micro-batches of 250, 250 and 100 orders; each closes the windows its
     # watermark (latest order time less 30 s) has passed.
-    pipeline(
+    out = pipeline(
         "order-totals",
         "--url",
         gw.http_url,
@@ -108,6 +108,7 @@ def test_examples_generate_aggregate_and_export(spark, gw: GatewayThread, tmp_pa
     )
     http = httpx.Client(base_url=gw.http_url, timeout=30)
     end = http.get("/v1/namespaces/default/topics/order-totals/offsets").json()["latest"]
+    assert f"{ORDERS} orders read from orders, {end} totals written to order-totals in " in out
     totals = consume_all(gw.bootstrap, "order-totals", end)
     seen: Counter[tuple[str, str]] = Counter()
     for key, value in totals:
@@ -121,8 +122,9 @@ def test_examples_generate_aggregate_and_export(spark, gw: GatewayThread, tmp_pa
     assert len(closed_minutes) >= 5, closed_minutes
 
     # export-parquet in the tests' shared Spark session (its command only adds the session)
-    rows = export_parquet.export(spark, gw.http_url, "orders", str(tmp_path / "orders.parquet"), 2)
-    assert rows == ORDERS
+    done = export_parquet.export(spark, gw.http_url, "orders", str(tmp_path / "orders.parquet"), 2)
+    assert done.rows == ORDERS
+    assert done.summary().startswith(f"{ORDERS} records of orders written to ")
     table = pq.read_table(tmp_path / "orders.parquet")
     assert table.num_rows == ORDERS
     assert sorted(table.column("offset").to_pylist()) == list(range(ORDERS))

@@ -1,7 +1,9 @@
 """The PySpark ``tms`` data source against a live gateway on LevelDB: real Spark (local[2],
 one session for all Spark tests), real sockets, records written by Kafka clients and over
 HTTP. Batch reads with offsets and timestamps, minPartitions, streaming reads resumed from a
-checkpoint, read_committed, batch writes, and options refused before any task runs."""
+checkpoint, read_committed, batch writes (into a topic the sink has the gateway create, as
+Kafka's auto-create does, or is refused with the reason), and options refused before any
+task runs."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from gateway_harness import GatewayThread, gateway_thread
 from tmsgate.protocol import TX_HEADER
 
@@ -214,15 +216,59 @@ def test_bad_options_fail_before_any_task(spark, gw, http, options, words) -> No
     assert len(tracker.getJobIdsForGroup()) == jobs_before  # refused on the driver
 
 
-def test_writing_to_a_missing_topic_fails_before_any_task(spark, gw) -> None:
+def kafka_values(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    """``count`` values of ``topic`` as a Kafka consumer reads them (read_committed)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{topic}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    try:
+        while len(values) < count:
+            msg = consumer.poll(10)
+            assert msg is not None, f"only {len(values)} of {count} records of {topic}"
+            if not msg.error():
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_writing_to_a_missing_topic_creates_it_as_kafka_auto_create_does(spark, gw, http) -> None:
+    topic = f"made-by-sink-{uuid.uuid4().hex[:8]}"
+    df = spark.createDataFrame([(f"v{i}",) for i in range(40)], "value string")
+    writer = df.write.format("tms").option("url", gw.http_url).option("topic", topic)
     tracker = spark.sparkContext.statusTracker()
     jobs_before = len(tracker.getJobIdsForGroup())
-    df = spark.createDataFrame([("v",)], "value string")
-    writer = df.write.format("tms").option("url", gw.http_url)
     with pytest.raises(Exception) as err:
-        writer.option("topic", "not-made").mode("append").save()
-    assert "'not-made' does not exist" in str(err.value)
-    with pytest.raises(Exception) as err:
-        writer.option("topic", "not-made").mode("overwrite").save()
+        writer.mode("overwrite").save()
     assert "overwrite" in str(err.value)
-    assert len(tracker.getJobIdsForGroup()) == jobs_before
+    assert len(tracker.getJobIdsForGroup()) == jobs_before  # refused on the driver
+
+    # Two tasks store into the missing topic at once: one creates it, both write.
+    df.repartition(2).write.format("tms").option("url", gw.http_url).option("topic", topic).mode(
+        "append"
+    ).save()
+    assert sorted(kafka_values(gw.bootstrap, topic, 40)) == sorted(
+        f"v{i}".encode() for i in range(40)
+    )
+    assert http.get(f"/v1/namespaces/default/topics/{topic}").status_code == 200
+
+
+def test_a_gateway_without_auto_create_refuses_a_missing_topic_clearly(
+    spark, tmp_path: Path
+) -> None:
+    with gateway_thread(tmp_path, http=True, auto_create_topics=False) as strict:
+        df = spark.createDataFrame([("v",)], "value string")
+        writer = df.write.format("tms").option("url", strict.http_url).option("topic", "not-made")
+        with pytest.raises(Exception) as err:
+            writer.mode("append").save()
+        assert "cannot write to topic 'not-made' in namespace 'default'" in str(err.value)
+        assert "does not auto-create topics" in str(err.value)
+        with httpx.Client(base_url=strict.http_url, timeout=30) as client:
+            assert client.get("/v1/namespaces/default/topics/not-made").status_code == 404

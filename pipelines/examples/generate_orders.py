@@ -1,37 +1,62 @@
-"""Feed the ``orders`` topic: JSON orders ``{"order": id, "customer": c, "amount": cents,
-"ts": epoch ms}`` keyed by customer, over the gateway's Kafka listener (confluent-kafka).
+"""Feed the ``orders`` topic with JSON orders, keyed by customer, through the gateway's Kafka
+listener (confluent-kafka).
+
+Each order is ``{"order": id, "customer": c, "amount": cents, "ts": epoch ms}``. The topic is
+created with ``--partitions`` if it does not exist. Also runs as a module:
 
     python -m tmsgate.pipelines.examples.generate_orders --bootstrap 127.0.0.1:9092 --count 10000
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
+import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from rich.progress import Progress
+
+from . import parser, rate
 
 CUSTOMERS = [f"customer-{i}" for i in range(20)]
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
+class Deliveries:
+    """The producer's delivery reports: what the gateway acknowledged, and the first error."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.failed = 0
+        self.first_error: str | None = None
+
+    def __call__(self, err: Any, _msg: Any) -> None:
+        if err is None:
+            self.written += 1
+            return
+        self.failed += 1
+        self.first_error = self.first_error or str(err)
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int) -> int:
+    """Create ``topic`` with ``partitions`` unless it exists; -> its partition count."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    if topic in admin.list_topics(timeout=10).topics:
-        return
+    known = admin.list_topics(timeout=10).topics
+    if topic in known:
+        return len(known[topic].partitions)
     for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         fut.result(10)
+    return partitions
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--bootstrap", default="127.0.0.1:9092")
+    p = parser("generate-orders", __doc__)
+    p.add_argument("--bootstrap", default="127.0.0.1:9092", help="the gateway's Kafka listener")
     p.add_argument("--topic", default="orders")
-    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--partitions", type=int, default=1, help="when the topic is created")
     p.add_argument("--count", type=int, default=10_000)
     p.add_argument("--rate", type=float, default=0, help="orders per second (0: as fast as it can)")
     p.add_argument(
@@ -42,9 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
-    ensure_topic(args.bootstrap, args.topic, args.partitions)
+
+    from confluent_kafka import Producer
+
+    partitions = ensure_topic(args.bootstrap, args.topic, args.partitions)
     rng = random.Random(args.seed)
     producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 20, "acks": "all"})
+    deliveries = Deliveries()
     started = time.monotonic()
     first_ms = int(time.time() * 1000)
     with Progress() as progress:
@@ -55,18 +84,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             order["ts"] = (
                 first_ms + i * args.spacing_ms if args.spacing_ms else int(time.time() * 1000)
             )
-            producer.produce(args.topic, json.dumps(order).encode(), key=customer.encode())
+            producer.produce(
+                args.topic, json.dumps(order).encode(), customer.encode(), on_delivery=deliveries
+            )
             producer.poll(0)
             if i % 1000 == 999:
-                progress.update(task, completed=i + 1)
+                progress.update(task, completed=deliveries.written)
             if args.rate:
                 time.sleep(max(0.0, started + (i + 1) / args.rate - time.monotonic()))
-        left = producer.flush(30)
-        progress.update(task, completed=args.count - left)
+        unsent = producer.flush(30)
+        progress.update(task, completed=deliveries.written)
+    seconds = time.monotonic() - started
     print(
-        f"{args.count - left} orders written to {args.topic} in {time.monotonic() - started:.1f}s"
+        f"{deliveries.written} orders written to {args.topic} ({partitions} partition"
+        f"{'s' if partitions != 1 else ''}) in {seconds:.1f}s, "
+        f"{rate(deliveries.written, seconds, 'orders')}"
     )
-    return 0 if left == 0 else 1
+    if deliveries.failed or unsent:
+        print(
+            f"{deliveries.failed} orders refused ({deliveries.first_error}), "
+            f"{unsent} still unsent after 30 s",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

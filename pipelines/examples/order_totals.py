@@ -1,30 +1,31 @@
 """Structured Streaming: per customer and minute, the number and sum of orders, from topic
-``orders`` into topic ``order-totals``, exactly once (the tms sink commits each micro-batch
-as one TMS transaction; a restarted query resumes from its checkpoint).
+``orders`` into topic ``order-totals``, exactly once.
+
+The tms sink commits each micro-batch as one TMS transaction; a restarted query resumes from
+its checkpoint. Each output record: key = customer, value = JSON {"customer",
+"window_start", "orders", "amount"}, written once per (customer, window) when the watermark
+(the latest order time seen, less ``--watermark``) passes the window's end: append mode,
+because PySpark 4.0's Python data sources refuse Spark's update mode. Orders later than the
+watermark are dropped, as Spark does. Also runs as a module:
 
     python -m tmsgate.pipelines.examples.order_totals --url http://127.0.0.1:8080 \\
         --checkpoint ./checkpoints/order-totals [--once]
-
-Each output record: key = customer, value = JSON {"customer", "window_start", "orders",
-"amount"}, written once per (customer, window) when the watermark (the latest order time
-seen, less ``--watermark``) passes the window's end: append mode, because PySpark 4.0's
-Python data sources refuse Spark's update mode. Orders later than the watermark are dropped,
-as Spark does.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
+import time
 from collections.abc import Sequence
 
 from tmsgate.pipelines.spark.gateway import Gateway
 
+from . import parser, rate
 from .session import local_session
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser("order-totals", __doc__)
     p.add_argument("--url", default="http://127.0.0.1:8080", help="the gateway's HTTP API")
     p.add_argument("--source", default="orders")
     p.add_argument("--sink", default="order-totals")
@@ -35,8 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--once", action="store_true", help="process what is there, then stop")
     args = p.parse_args(argv)
 
+    from pyspark.errors import StreamingQueryException
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from .query_tally import QueryTally
 
     with Gateway(args.url) as gateway:
         gateway.ensure_topic(args.sink)
@@ -83,9 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         .option("checkpointLocation", args.checkpoint)
         .outputMode("append")
     )
+    tally = QueryTally()
+    spark.streams.addListener(tally)
     # --once: process what is there in maxOffsetsPerTrigger-sized batches, then stop. Not
     # availableNow: PySpark 4.0's Python sources take one target for it (docs/spark.md).
     seconds = 0.2 if args.once else args.trigger_seconds
+    started = time.monotonic()
     query = writer.trigger(processingTime=f"{seconds} seconds").start()
     try:
         if args.once:
@@ -95,10 +102,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             query.awaitTermination()
     except KeyboardInterrupt:
         query.stop()
-    if query.exception() is not None:
-        print(f"order-totals failed: {query.exception()}", file=sys.stderr)
-        return 1
+    except StreamingQueryException:  # reported below, after what the query did
+        query.stop()
+    took = time.monotonic() - started
+    read, written, batches = tally.totals(query)
+    print(
+        f"{read} orders read from {args.source}, {written} totals written to {args.sink} in "
+        f"{batches} micro-batch{'es' if batches != 1 else ''}, {took:.1f}s, "
+        f"{rate(read, took, 'orders')}"
+    )
+    failed = query.exception()
     spark.stop()
+    if failed is not None:
+        print(f"order-totals failed: {failed}", file=sys.stderr)
+        return 1
     return 0
 
 

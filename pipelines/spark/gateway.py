@@ -123,9 +123,17 @@ class Gateway:
         query = {"offset": offset, "endOffset": end, "isolation": isolation, "maxRecords": limit}
         return self._check(self.http.post(self._topic(topic, "/read"), json=query)).content
 
-    def store(self, topic: str, write_pointer: int, body: bytes) -> dict[str, int]:
+    def store(
+        self, topic: str, write_pointer: int, body: bytes, *, auto_create: bool = False
+    ) -> dict[str, int]:
+        """``auto_create`` (``?create=auto``): a missing topic is created as the gateway's
+        Kafka listener creates one for a producer. Without it, or on a gateway run with
+        --no-auto-create-topics, a missing topic is a 404 GatewayError."""
         headers = {"content-type": MEDIA_TYPE, "x-transaction-write-pointer": str(write_pointer)}
-        resp = self.http.post(self._topic(topic, "/store"), content=body, headers=headers)
+        params = {"create": "auto"} if auto_create else None
+        resp = self.http.post(
+            self._topic(topic, "/store"), content=body, headers=headers, params=params
+        )
         return self._check(resp).json()
 
     # --- transactions -------------------------------------------------------------------

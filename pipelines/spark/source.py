@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from . import options as opt
 from .arrow import SPARK_SCHEMA, next_offset_of, to_record_batch
-from .gateway import GatewayError, find_http_url, tms_topic
+from .gateway import PARTITION_MARK, Gateway, GatewayError, find_http_url, tms_topic
 from .writing import bodies
 
 Ranges = list["OffsetRange"]
@@ -266,8 +266,24 @@ def _store_all(
         out = Stored(wp)
         for batch in batches:
             for topic, body in bodies(batch, o.topic, counts):
-                out.receipts.setdefault(topic, []).append(gw.store(topic, wp, body))
+                out.receipts.setdefault(topic, []).append(_store(gw, topic, wp, body))
         return out
+
+
+def _store(gw: Gateway, topic: str, wp: int, body: bytes) -> dict[str, int]:
+    """One store call. A missing topic is created, as Spark's Kafka sink has a broker with
+    ``auto.create.topics.enable`` create it, by the gateway if its auto-create is on; if it
+    is off (``--no-auto-create-topics``) the gateway's 404 says so."""
+    try:
+        return gw.store(topic, wp, body, auto_create=True)
+    except GatewayError as exc:
+        if exc.status != 404:
+            raise
+        raise ValueError(
+            f"cannot write to topic {topic.partition(PARTITION_MARK)[0]!r} in namespace "
+            f"{gw.namespace!r}: {exc}; kafka-topics.sh --create or "
+            "PUT /v1/namespaces/NS/topics/NAME creates it"
+        ) from None
 
 
 def _commit(o: opt.SourceOptions, url: str, messages: list[Any]) -> None:
@@ -379,10 +395,9 @@ class TmsDataSource(DataSource):
 
 
 def _check_write_target(schema: StructType, o: opt.SourceOptions) -> str:
-    """On the driver, before any task: the columns, and the topic option's topic (topics
-    named row by row in a topic column are checked by the tasks); -> the gateway's URL.
-    The sink does not create topics: the HTTP API never does, unlike a Kafka broker with
-    auto-create on."""
+    """On the driver, before any task: the columns to write; -> the gateway's URL. Topics are
+    not checked here: a missing one is created by the first store into it if the gateway's
+    auto-create is on, and refused by that store, with the reason, if it is off."""
     names = set(schema.fieldNames())
     if "value" not in names:
         raise ValueError("the rows to write need a value column (binary or string)")
@@ -394,13 +409,4 @@ def _check_write_target(schema: StructType, o: opt.SourceOptions) -> str:
             f"columns {sorted(unknown)} cannot be written: only key, value, headers, topic "
             "and partition (as Spark's Kafka sink)"
         )
-    url = _url(o)
-    if o.topic:
-        with o.gateway(url) as gw:
-            known = gw.partitions()
-        if o.topic not in known:
-            raise ValueError(
-                f"topic: {o.topic!r} does not exist in namespace {o.namespace!r}; create it "
-                "first (kafka-topics.sh --create, or PUT /v1/namespaces/NS/topics/NAME)"
-            )
-    return url
+    return _url(o)

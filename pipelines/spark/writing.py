@@ -99,11 +99,15 @@ def _groups(
 def bodies(
     batch: pa.RecordBatch, default_topic: str | None, partitions: dict[str, int]
 ) -> Iterator[tuple[str, bytes]]:
-    """-> (TMS topic, body) for every chunk of the batch."""
+    """-> (TMS topic, body) for every chunk of the batch. ``partitions``: the topics known
+    to exist; rows for any other topic go to the gateway, which creates the topic (its
+    auto-create setting) or refuses it, and checks the partition."""
     for topic, p, rows in _groups(batch, default_topic):
-        if topic not in partitions:
-            raise ValueError(f"topic {topic!r} does not exist")
-        if not 0 <= p < partitions[topic]:
+        if not topic:
+            raise ValueError("a row has an empty topic")
+        if p < 0:
+            raise ValueError(f"topic {topic!r}: no partition {p}")
+        if topic in partitions and p >= partitions[topic]:
             raise ValueError(f"topic {topic!r} has {partitions[topic]} partition(s); no {p}")
         size = max(1, rows.nbytes)
         step = max(1, int(rows.num_rows * CHUNK_BYTES / size))
