@@ -1,7 +1,7 @@
 """docker/: the gateway image and the compose files, checked without a container engine.
 
-These machines have no container engine, so nothing here builds or starts a container.
-Instead:
+Nothing here builds or starts a container (tests/test_image.py does, where a Docker
+engine can be had). Instead:
 
 - the Dockerfile is parsed (by a small parser here, cross-checked by ``dockerfile-parse``
   when installed) and its instructions checked: the wheel, a non-root user, the ports
@@ -171,8 +171,12 @@ def test_dockerfile_stages_build_the_wheel_and_install_it_with_hbase() -> None:
     minimum = pyproject["project"]["requires-python"].removeprefix(">=")
     version = args["PYTHON_VERSION"]
     assert tuple(map(int, version.split("."))) >= tuple(map(int, minimum.split(".")))
+    # both stages on BASE_IMAGE, by default the official image (docker/build-base.sh
+    # builds a stand-in where no registry is reachable)
+    base = args["BASE_IMAGE"]
+    assert re.fullmatch(r"python:\$\{PYTHON_VERSION\}-slim(-\w+)?", base), base
     for stage in (build, runtime):
-        assert re.fullmatch(r"python:\$\{PYTHON_VERSION\}-slim(-\w+)?", stage.base), stage.base
+        assert stage.base == "${BASE_IMAGE}", stage.base
     assert build.name == "build" and runtime.name is None
     # the build stage gets every folder the wheel maps (and nothing it does not)
     copied = {src for rest in build.all("COPY") for src in rest.split()[:-1]}
@@ -339,10 +343,11 @@ def test_compose_config_accepts_the_file(name: str) -> None:
     assert run.returncode == 0, run.stderr
     resolved = json.loads(run.stdout)
     started = set(resolved["services"])
+    # the store and its gateways, beside whatever else the file runs (monitoring)
     if name == "leveldb":
-        assert started == {"gateway"}
+        assert "gateway" in started
     else:
-        assert started == {"hbase", "gateway-1", "gateway-2"}
+        assert {"hbase", "gateway-1", "gateway-2"} <= started
     for service in resolved["services"].values():
         if "build" in service:
             assert Path(service["build"]["context"]) == ROOT
@@ -375,7 +380,7 @@ def test_compose_gateways_run_the_image_command_line() -> None:
 
 def test_compose_leveldb_keeps_the_store_in_a_named_volume() -> None:
     data = compose("leveldb")
-    (service,) = data["services"].values()
+    service = data["services"]["gateway"]
     assert environment(service)["TMSGATE_STORE"] == f"leveldb://{DATA_DIR}"
     (mount,) = service["volumes"]
     volume, target = mount.split(":")
@@ -385,7 +390,7 @@ def test_compose_leveldb_keeps_the_store_in_a_named_volume() -> None:
 def test_compose_hbase_runs_two_gateways_sharing_the_store() -> None:
     data = compose("hbase")
     services = data["services"]
-    assert set(services) == {"hbase", "gateway-1", "gateway-2"}
+    assert {"hbase", "gateway-1", "gateway-2"} <= set(services)
     hbase = services["hbase"]
     assert "9090" in " ".join(hbase["healthcheck"]["test"])  # the Thrift server answers
     assert any(v.split(":")[0] in data["volumes"] for v in hbase["volumes"])
