@@ -16,18 +16,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
+import os
 import signal
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import (
+    CollectorRegistry,
+    Gauge,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+)
 from tmsgate.storage import Store, open_store
 
-from . import faults
+from . import exporter_metrics, faults
 from .cluster import Cluster, ClusterConfig
 from .kafka.broker import Broker
 from .kafka.config import GatewayConfig
@@ -66,6 +75,10 @@ class Services:
         self.cluster = None if cluster is None else Cluster(store, cluster, kafka.namespace)
         self.namespace = kafka.namespace  # where Kafka's topics live
         self.registry = CollectorRegistry()
+        # process_*, python_info, python_gc_*: prometheus_client puts these in its global
+        # registry only, and /metrics serves this one.
+        for collector in (ProcessCollector, PlatformCollector, GCCollector):
+            collector(registry=self.registry)
         # Bounded: reads from disk queue here instead of piling threads onto LevelDB.
         self.executor = ThreadPoolExecutor(kafka.io_threads, thread_name_prefix="tmsgate-io")
         self.metrics = Metrics(self.registry)
@@ -75,6 +88,8 @@ class Services:
         )
         # One authorizer, one set of ACLs, for the Kafka and HTTP listeners.
         self.authorizer = self.broker.authorizer
+        # kafka-exporter's kafka_* families, read from the store when scraped.
+        self.kafka_exporter = exporter_metrics.register(self)
         self.transactions = TransactionService(
             store, self.registry, self.broker.txns.owner_of, clustered=cluster is not None
         )
@@ -104,6 +119,7 @@ class Services:
     # --- life cycle ------------------------------------------------------------------------
     async def start(self, config: ServeConfig) -> None:
         loop = asyncio.get_running_loop()
+        kafka = config.kafka
         self.broker.attach(loop)
         if self.cluster is None:
             await self.broker.groups.ready()  # restored members must expire on time
@@ -114,18 +130,21 @@ class Services:
             # transactions aborted) before any client can read.
             await self.broker.txns.ready()
             await self.transactions.recover()  # commits with a manifest, the same way
-        await self.kafka_server.start()
+        with _binding("Kafka", (kafka.host, kafka.port), "--kafka-listen"):
+            await self.kafka_server.start()
         if config.http is not None:
             from .http.server import HttpServer  # Starlette and uvicorn only when serving HTTP
 
             self.http_server = HttpServer(self, config.http)
-            await self.http_server.start()
+            with _binding("HTTP", (config.http.host, config.http.port), "--http-listen"):
+                await self.http_server.start()
             host, port = self.http_server.address
             if host in ("0.0.0.0", "::"):  # every interface: the one Kafka clients use
                 host = self.broker.advertised_host
             self.broker.http_url = f"{self.http_server.scheme}://{host}:{port}"
         if config.metrics_listen is not None:
-            self.metrics.serve(*config.metrics_listen)
+            with _binding("metrics", config.metrics_listen, "--metrics-listen"):
+                self.metrics.serve(*config.metrics_listen)
             log.info("metrics on http://%s:%d/metrics", *config.metrics_listen)
         if self.cluster is None:
             self._expiry = loop.create_task(self._expire_transactions())
@@ -138,6 +157,13 @@ class Services:
             self._watch_cluster()
             await self.lease_round()
             self._leases = loop.create_task(self._keep_leases())
+
+    async def stop_listeners(self) -> None:
+        """After a failed start: stop the listeners that did start, so that none is left
+        running (or cancelled mid-task, with a traceback) as the process exits."""
+        if self.http_server is not None:
+            await self.http_server.stop()
+        await self.kafka_server.stop(0)
 
     async def stop(self, grace_s: float) -> None:
         if self._expiry is not None:
@@ -222,6 +248,31 @@ class Services:
                 log.info("%d transactions timed out: %s", len(expired), expired[:10])
 
 
+class ListenerError(OSError):
+    """A listener cannot bind its address; the message names the listener, the address
+    and the option that sets it."""
+
+
+_BIND_ERRNOS = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
+
+
+@contextlib.contextmanager
+def _binding(listener: str, address: tuple[str, int], option: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        # asyncio's and socket's messages differ and name neither listener nor option
+        if not (isinstance(exc, socket.gaierror) or exc.errno in _BIND_ERRNOS):
+            raise
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else os.strerror(exc.errno)
+        env = "TMSGATE_" + option.removeprefix("--").replace("-", "_").upper()
+        host, port = address
+        raise ListenerError(
+            f"the {listener} listener cannot bind {host}:{port}: {str(reason).lower()} "
+            f"({option} / {env})"
+        ) from None
+
+
 async def serve(
     config: ServeConfig,
     *,
@@ -253,7 +304,11 @@ async def serve(
         store.close()
         raise
     try:
-        await services.start(config)
+        try:
+            await services.start(config)
+        except BaseException:
+            await services.stop_listeners()  # e.g. the metrics port was in use
+            raise
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop.set)

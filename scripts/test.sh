@@ -16,6 +16,17 @@ if ! command -v javac >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   echo "== installing a JDK (Debian) for the Java-client compatibility tests"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless >/dev/null
 fi
+if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "== installing chromium (Debian) for the console's browser test"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+# tests/test_image.py builds docker/Dockerfile and runs it: Debian's Docker engine (the test
+# starts dockerd when none runs), and mmdebstrap for the base image where no registry is.
+if { ! command -v dockerd >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1; } \
+    && [ "$(id -u)" = 0 ]; then
+  echo "== installing docker.io and mmdebstrap (Debian) for the container image test"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io mmdebstrap >/dev/null
+fi
 
 if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"
