@@ -340,7 +340,11 @@ def _log_ready(services: Services, config: ServeConfig) -> None:
         port,
         broker.advertised_host,
         broker.advertised_port,
-        "; HTTP API on {}://{}:{}".format(http.scheme, *http.address) if http is not None else "",
+        "; HTTP API on {0}://{1}:{2} (console {0}://{1}:{2}/ui, API page /docs)".format(
+            http.scheme, *http.address
+        )
+        if http is not None
+        else "",
         config.store_url,
         config.kafka.namespace,
         "on" if config.kafka.auto_create_topics else "off",
