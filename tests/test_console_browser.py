@@ -233,8 +233,8 @@ def _follow(browser: Any, link_text: str) -> None:
 
 
 def _wait_gone(element: Any) -> None:
-    """Until the page that held ``element`` is replaced (the form's answer loaded)."""
-    from selenium.common.exceptions import StaleElementReferenceException
+    """Until the page that held ``element`` is replaced and the new one has loaded."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
     def gone(_: Any) -> bool:
@@ -243,8 +243,18 @@ def _wait_gone(element: Any) -> None:
             return False
         except StaleElementReferenceException:
             return True
+        except WebDriverException as exc:
+            # Asked while the old document is being replaced, chromedriver may answer
+            # this instead of "stale element" (seen with Chromium 156).
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
 
-    WebDriverWait(element.parent, 30).until(gone)
+    browser = element.parent
+    WebDriverWait(browser, 30).until(gone)
+    WebDriverWait(browser, 30).until(
+        lambda b: b.execute_script("return document.readyState") == "complete"
+    )
 
 
 def _screenshot(browser: Any, name: str) -> None:
