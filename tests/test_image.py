@@ -359,6 +359,11 @@ def test_image_serves_kafka_and_keeps_the_store_in_its_volume(
             docker("stop", "--time", "30", first, timeout=90)
             assert docker.inspect(first, "{{.State.ExitCode}}") == "0", docker.logs(first)
             assert "store closed; gateway stopped" in docker.logs(first)
+            # the same container started again (docker restart, a host reboot) has them all
+            docker("start", first)
+            wait_ready(docker, first, readyz)
+            got = consume(bootstrap, topic, len(records))
+            assert got == [(i, k, v) for i, (k, v) in enumerate(records)]
         # a new container (an upgrade does this) on the same volume has every record
         with container(docker, gateway_image, volume, kafka_port, http_port) as second:
             wait_ready(docker, second, readyz)
