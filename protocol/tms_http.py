@@ -619,6 +619,11 @@ class JsonCodec:
                 raise BodyError(f"Message[{i}]: expected an object, got {_json_type(item)}")
             f = _Fields(item, f"Message[{i}]", ("id", "idHex", "payload", "payloadEncoding"))
             how = item.get("payloadEncoding", self.payload)
+            if type(how) is not str or how not in PAYLOAD_MODES:
+                raise BodyError(
+                    f"Message[{i}].payloadEncoding: expected one of {', '.join(PAYLOAD_MODES)}, "
+                    f"got {_json_type(how)}"
+                )
             read = {"utf-8": _Fields.text, "base64": _Fields.base64}.get(how, _Fields.bytes)
             out.append(
                 (

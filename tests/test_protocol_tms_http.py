@@ -573,3 +573,11 @@ def test_unknown_payload_mode() -> None:
         t.json_codec("latin-9")
     with pytest.raises(ValueError, match="payload: expected one of"):
         t.JsonCodec("text")
+
+
+@pytest.mark.parametrize("encoding", [{}, [], 1, None, "latin-1"])
+def test_a_payload_encoding_not_named_by_the_api_is_a_body_error(encoding: object) -> None:
+    # Found by test_fuzz_json_documents: a dict here was a TypeError, not a BodyError.
+    body = json.dumps([{"id": "x" * 20, "payload": "p", "payloadEncoding": encoding}])
+    with pytest.raises(t.BodyError, match="payloadEncoding: expected one of avro, utf-8"):
+        t.json_codec().decode_messages(body.encode())
