@@ -1,15 +1,19 @@
 """Several gateways over one shared store (``tmsgate serve --cluster --node-id N``).
 
 Every partition (a TMS topic: storage/partitions.py) has one leader at a time, the
-gateway holding its lease; one gateway, the controller, also coordinates every consumer
-group. The leases live in the store's MetadataTable (storage/leases.py), taken and
-renewed with check-and-put, so nothing but the store is shared: no other service to run.
+gateway holding its lease; every consumer group has one coordinator, the gateway holding
+the lease of the group's slot. The leases live in the store's MetadataTable
+(storage/leases.py), taken and renewed with check-and-put, so nothing but the store is
+shared: no other service to run.
 
 Lease names:
 - ``gateway/<node id>``: a live gateway, its holder naming where clients reach it
   (``host:port http-url pid.start``). Its expiry is how the others learn it died.
-- ``controller``: the group coordinator (and the gateway Metadata names as controller).
+- ``controller``: the gateway Metadata names as controller; it finishes topic changes a
+  crash cut short, and coordinates transactional ids (refused in a cluster for now).
 - ``partition/<topic>``: the partition's leader (only the leader writes it).
+- ``groups/<slot>``: the coordinator of the consumer groups of one of ``GROUP_SLOTS``
+  slots (Kafka's 50 ``__consumer_offsets`` partitions; ``group_slot``).
 
 Every ``lease_ms / RENEWALS_PER_LEASE`` each gateway (``tick``, on an I/O thread):
 1. renews its own leases (a lease it cannot renew was taken over: it stops at once);
@@ -18,7 +22,10 @@ Every ``lease_ms / RENEWALS_PER_LEASE`` each gateway (``tick``, on an I/O thread
    is chosen among the live ones by rendezvous hashing, so when a gateway joins or dies
    only its share moves. A gateway hands a partition it holds to the gateway it now
    belongs to (release, and the other takes it on its next tick); the controller stays
-   where it is while its gateway lives (moving it would make every group rejoin).
+   where it is while its gateway lives;
+4. does the same for the group slots, except that a slot is not released by the tick:
+   the tick marks it leaving and the caller (gateway/services.py, on the event loop)
+   flushes the slot's queued group writes, drops its groups, then ``release_group_slots``.
 
 Taking a partition settles any write its previous leader left in part and reloads the
 partition's state (next offset, producer state, open transactions) from the store, so
@@ -28,16 +35,31 @@ Fencing: a gateway writes a partition only while ``Store.leads`` says so: until 
 lease's end less ``margin`` by its own clock. A lease is taken over only once expired by
 the taker's clock, so the two never write at once as long as clock skew plus the longest
 stall of a write stays under the margin (a fifth of the lease: 2 s of the default 10 s).
+
+The same fencing keeps a group's committed offsets from being lost or going back when its
+slot moves. The coordinator writes a slot's rows (group records, committed offsets) only
+after ``may_write_group_slot`` says so, asked on the I/O thread right before each batch
+(gateway/kafka/groups/writer.py): until the slot's lease ends less the margin, by this
+gateway's clock. The next owner takes the slot only once the lease is released or expired
+by its clock, and reads the slot's rows after that: so every write of the old owner
+(checked before its deadline, landing within the margin) is durable before the new
+owner reads, and none lands after. A hand-over orders it explicitly: stop serving the
+slot (requests get NOT_COORDINATOR), flush what was queued, stop writing
+(``close_group_slots``), flush again (a batch already past its check), drop the groups
+from memory, release. An OffsetCommit is acknowledged only once durable, so the new
+owner reads every acknowledged offset, and nothing older is written over it later.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
+import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from tmsgate.storage import Store, TopicId
@@ -50,6 +72,8 @@ MARGIN_PARTS = 5  # stop acting a fifth of the lease before it ends
 GATEWAY = "gateway/"
 PARTITION = "partition/"
 CONTROLLER = "controller"
+GROUPS = "groups/"
+GROUP_SLOTS = 50  # Kafka's offsets.topic.num.partitions default; fixed: a group keeps its slot
 PRODUCER_ID_BLOCKS = "counter/producer-id-blocks"
 
 
@@ -90,6 +114,18 @@ class View:
     nodes: dict[int, Node] = field(default_factory=dict)
     leaders: dict[TopicId, int] = field(default_factory=dict)
     controller: int | None = None
+    group_slots: dict[int, int] = field(default_factory=dict)  # slot -> coordinating node
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """What one tick changed, for the caller to act on (gateway/services.py)."""
+
+    was_controller: bool = False
+    is_controller: bool = False
+    slots_taken: tuple[int, ...] = ()  # group slots whose groups this gateway loads now
+    slots_leaving: tuple[int, ...] = ()  # to hand over: flush, drop, release_group_slots
+    slots_lost: tuple[int, ...] = ()  # taken over (the lease lapsed): drop their groups
 
 
 def holder_name(node: Node) -> str:
@@ -107,6 +143,22 @@ def node_of(holder: str) -> Node | None:
         return None
 
 
+_UTF16_UNIT = struct.Struct(">H")
+
+
+@functools.lru_cache(maxsize=1 << 16)  # the same groups ask over and over
+def group_slot(group_id: str) -> int:
+    """The coordinator slot of a group: Kafka's ``Utils.abs(groupId.hashCode()) % 50``
+    (Java's String.hashCode over UTF-16 code units), so a group's slot is the number of
+    the ``__consumer_offsets`` partition Apache Kafka keeps it in."""
+    h = 0
+    for (unit,) in _UTF16_UNIT.iter_unpack(group_id.encode("utf-16-be", "surrogatepass")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    if h >= 1 << 31:
+        h -= 1 << 32
+    return (0 if h == -(1 << 31) else abs(h)) % GROUP_SLOTS
+
+
 def rendezvous(key: str, nodes: list[int]) -> int | None:
     """The node a key belongs to among ``nodes``: the highest hash of (key, node), so a
     node joining or leaving moves only the keys it wins or held."""
@@ -118,8 +170,8 @@ def rendezvous(key: str, nodes: list[int]) -> int | None:
 class Cluster:
     """This gateway's part in a cluster: its leases, and what it knows of the others.
 
-    ``on_controller(True|False)`` is called on the event loop when this gateway becomes or
-    stops being the controller (the group coordinator loads or drops its groups)."""
+    ``tick`` returns a ``Round``: what became or stopped being this gateway's (the
+    controller, group slots), for the caller to load, flush or drop on the event loop."""
 
     def __init__(
         self,
@@ -137,7 +189,12 @@ class Cluster:
         self._holder = ""
         self.me = Node(config.node_id, "", 0)
         self.view = View()
-        self.on_controller: Callable[[bool], None] = lambda _: None
+        # Group slots held -> until when their groups may be written (act_until): set by
+        # the tick thread, read on the event loop and the I/O threads (one dict operation
+        # at a time, atomic under the GIL); a slot leaving is served no more but written
+        # until close_group_slots.
+        self._slot_until: dict[int, int] = {}
+        self._leaving: set[int] = set()
         self._tick_lock = threading.Lock()  # one tick at a time (the loop's, a test's)
         self.ticks = 0
         self.failed_ticks = 0  # rounds that failed (the store unreachable): counted by caller
@@ -174,11 +231,62 @@ class Cluster:
         view = self.view
         return None if view.controller is None else view.nodes.get(view.controller)
 
+    # --- group slots (event loop and I/O threads; no store calls) ----------------------------
+    def serves_group_slot(self, slot: int) -> bool:
+        """Does this gateway coordinate the slot's groups now: it holds the lease, is
+        before its deadline and is not handing the slot over."""
+        until = self._slot_until.get(slot)
+        return until is not None and slot not in self._leaving and self._clock() < until
+
+    def may_write_group_slot(self, slot: int) -> bool:
+        """May the slot's rows be written now (the fence: module notes). Asked right
+        before each batch of group state."""
+        until = self._slot_until.get(slot)
+        return until is not None and self._clock() < until
+
+    def held_group_slots(self) -> set[int]:
+        """Slots whose lease this gateway holds and is not handing over (whether or not
+        before the deadline: a late renewal keeps them)."""
+        return set(self._slot_until) - self._leaving
+
+    def group_coordinator(self, group_id: str) -> Node | None:
+        """The gateway coordinating the group, as far as this one knows; None while its
+        slot has no live owner (or is being handed over by this one)."""
+        slot = group_slot(group_id)
+        if self.serves_group_slot(slot):
+            return self.me
+        node_id = self.view.group_slots.get(slot)
+        if node_id is None or node_id == self.me.node_id:
+            return None
+        return self.view.nodes.get(node_id)
+
+    def close_group_slots(self, slots: Iterable[int]) -> None:
+        """No write of these slots' rows is let through from now on (a hand-over, after
+        the first flush)."""
+        for slot in slots:
+            self._slot_until.pop(slot, None)
+
+    def release_group_slots(self, slots: Iterable[int]) -> None:
+        """Release the leases of slots handed over (blocking: an I/O thread), once their
+        groups are flushed and dropped: the next owner takes them on its next tick."""
+        with self._tick_lock:
+            released = []
+            for slot in slots:
+                self._slot_until.pop(slot, None)
+                self._leaving.discard(slot)
+                lease = self._held.pop(GROUPS + str(slot), None)
+                if lease is not None:
+                    self._leases.release(lease)
+                    released.append(slot)
+            if released:
+                log.info("handed group coordinator slots %s over", slot_ranges(released))
+
     def stats(self) -> dict[str, float]:
         """For the metrics: what this gateway leads and sees, now."""
         held = list(self._held)
         return {
             "partitions_led": sum(1 for n in held if n.startswith(PARTITION)),
+            "group_slots_led": sum(1 for n in held if n.startswith(GROUPS)),
             "controller": float(self.is_controller),
             "gateways": len(self.view.nodes),
             "takeovers": self.takeovers,
@@ -191,18 +299,20 @@ class Cluster:
         return self._leases.next_number(PRODUCER_ID_BLOCKS)
 
     # --- the tick -------------------------------------------------------------------------------
-    def tick(self) -> tuple[bool, bool]:
-        """One round of renewing, looking and taking (blocking: an I/O thread). -> (was
-        controller, is controller), for the caller to tell the event loop."""
+    def tick(self) -> Round:
+        """One round of renewing, looking and taking (blocking: an I/O thread). -> what
+        changed, for the caller to act on (on the event loop)."""
         with self._tick_lock:
             if self.stopped:
-                return False, False
+                return Round()
             was = self.is_controller
-            self._tick()
+            taken, lost = self._tick()
             self.ticks += 1
-            return was, self.is_controller
+            return Round(
+                was, self.is_controller, tuple(taken), tuple(sorted(self._leaving)), tuple(lost)
+            )
 
-    def _tick(self) -> None:
+    def _tick(self) -> tuple[list[int], list[int]]:
         cfg = self.config
         ttl = cfg.lease_ms
         me = cfg.node_id
@@ -246,6 +356,7 @@ class Cluster:
             topic = _topic_of(name)
             if topic not in known:  # deleted
                 self._hand_over(name, topic)
+        taken, lost = self._group_slots(leases, live, now)
         # What the others hold (our own are answered from the store: Cluster.leader).
         holders = {leases[GATEWAY + str(n)].holder: n for n in nodes if GATEWAY + str(n) in leases}
         leaders = {}
@@ -254,14 +365,64 @@ class Cluster:
                 leaders[_topic_of(name)] = holders[lease.holder]
         ctl = leases.get(CONTROLLER)
         controller = holders.get(ctl.holder) if ctl is not None and ctl.held_at(now) else None
-        self.view = View(nodes, leaders, controller)
+        slots = {}
+        for slot in range(GROUP_SLOTS):
+            lease = leases.get(GROUPS + str(slot))
+            if lease is not None and lease.held_at(now) and lease.holder in holders:
+                slots[slot] = holders[lease.holder]
+        self.view = View(nodes, leaders, controller, slots)
+        return taken, lost
+
+    def _group_slots(
+        self, leases: dict[str, Lease], live: list[int], now: int
+    ) -> tuple[list[int], list[int]]:
+        """Keep, take and mark for hand-over the group slots, as partitions are (by
+        rendezvous over the live gateways). -> (slots taken, slots lost)."""
+        me = self.config.node_id
+        margin = self.config.margin_ms
+        taken: list[int] = []
+        lost: list[int] = []
+        leaving: list[int] = []
+        for slot in range(GROUP_SLOTS):
+            if slot in self._leaving:
+                continue  # neither renewed nor taken: release_group_slots ends it
+            name = GROUPS + str(slot)
+            owner = rendezvous(name, live)
+            lease = self._held.get(name)
+            if lease is not None:
+                if owner is not None and owner != me:
+                    self._leaving.add(slot)  # serve no more; the caller flushes, releases
+                    leaving.append(slot)
+                    continue
+                renewed = self._leases.renew(lease)
+                if renewed is None:
+                    self._slot_until.pop(slot, None)
+                    del self._held[name]
+                    lost.append(slot)
+                else:
+                    self._held[name] = renewed
+                    self._slot_until[slot] = renewed.act_until(margin)
+            elif owner == me and not _held(leases.get(name), now):
+                lease = self._leases.acquire(name, self._holder, self.config.lease_ms)
+                if lease is not None:
+                    self._held[name] = lease
+                    self._slot_until[slot] = lease.act_until(margin)
+                    taken.append(slot)
+        if taken:  # our group rows from now on come after every earlier owner's
+            self.store.sync_clock()
+            log.info("took group coordinator slots %s (of %d)", slot_ranges(taken), GROUP_SLOTS)
+        if leaving:
+            log.info("handing group coordinator slots %s over", slot_ranges(leaving))
+        if lost:
+            log.warning("lost group coordinator slots %s: taken over", slot_ranges(lost))
+        return taken, lost
 
     def _take(self, name: str, topic: TopicId | None, ttl: int) -> None:
         lease = self._leases.acquire(name, self._holder, ttl)
         if lease is None:
             return  # someone was quicker
         self._held[name] = lease
-        if topic is None:  # the controller's rows (groups) are ours to write from now on
+        if topic is None:  # the controller finishes topic changes: after the previous one
             self.store.sync_clock()
             log.info("took lease %s (epoch %d)", name, lease.epoch)
             return
@@ -304,6 +465,8 @@ class Cluster:
         at once instead of after the lease time; without, as a crash would leave them."""
         with self._tick_lock:
             self.stopped = True
+            self._slot_until.clear()  # first: no group write of ours from now on
+            self._leaving.clear()
             for name, lease in list(self._held.items()):
                 if name.startswith(PARTITION):
                     self.store.follow(_topic_of(name))
@@ -317,6 +480,22 @@ class Cluster:
 
 def _held(lease: Lease | None, now_ms: int) -> bool:
     return lease is not None and lease.held_at(now_ms)
+
+
+def slot_ranges(slots: Iterable[int]) -> str:
+    """``0-3 7 9-10``: slot numbers for a log line."""
+    out: list[str] = []
+    run: list[int] = []
+    for n in sorted(slots):
+        if run and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [n]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return " ".join(out)
 
 
 def _topic_of(lease_name: str) -> TopicId:

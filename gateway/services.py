@@ -40,7 +40,6 @@ from . import exporter_metrics, faults
 from .cluster import Cluster, ClusterConfig
 from .kafka.broker import Broker
 from .kafka.config import GatewayConfig
-from .kafka.groups import GroupCoordinator
 from .kafka.metrics import Metrics
 from .kafka.server import KafkaServer
 from .transactions import TransactionService
@@ -188,7 +187,8 @@ class Services:
         assert cluster is not None
         gauges = {
             "partitions_led": "Partitions this gateway leads (holds the lease of)",
-            "controller": "1 while this gateway is the controller (coordinates the groups)",
+            "group_slots_led": "Consumer-group coordinator slots (of 50) this gateway holds",
+            "controller": "1 while this gateway is the controller (Metadata's controller id)",
             "gateways": "Live gateways on this store, as the last lease round saw them",
             "takeovers": "Partitions this gateway took the lease of since it started",
             "failed_rounds": "Lease rounds that failed (the store did not answer)",
@@ -199,16 +199,21 @@ class Services:
 
     async def lease_round(self) -> None:
         """Renew, look and take once (every fifth of the lease; tests call it to hurry)."""
-        assert self.cluster is not None
-        was, now = await self.run(self.cluster.tick)
-        if was != now:
-            # The groups move with the controller: the new one loads them from the store,
-            # and the old one's members are told NOT_COORDINATOR, find the new, and rejoin.
-            log.info("%s the group coordinator", "now" if now else "no longer")
-            self.broker.groups.shutdown()
-            self.broker.groups = GroupCoordinator(self.broker, self.broker.groups.config)
-            if now:
-                await self.broker.groups.ready()
+        cluster = self.cluster
+        assert cluster is not None
+        changed = await self.run(cluster.tick)
+        groups = self.broker.groups
+        assert groups.slots is not None
+        if changed.slots_leaving:
+            # Group slots whose owner is now another gateway: their queued writes land,
+            # nothing of theirs is written after, their groups leave memory (members are
+            # told NOT_COORDINATOR and rejoin on the new owner); then the leases go.
+            await groups.slots.hand_over(changed.slots_leaving)
+            await self.run(cluster.release_group_slots, changed.slots_leaving)
+        await groups.slots.follow()  # load the slots taken, drop the ones lost
+        if changed.is_controller != changed.was_controller:
+            log.info("%s the controller", "now" if changed.is_controller else "no longer")
+            if changed.is_controller:
                 # Partition changes a crash cut short (create, grow, delete, configs) are
                 # finished by one gateway: the controller.
                 await self.broker.topics.repair()

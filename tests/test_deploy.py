@@ -51,7 +51,7 @@ COMPOSE_FILES = {
 }
 SCHEMA = Path(__file__).resolve().parent / "compose-spec.json"
 DATA_DIR = "/var/lib/tmsgate"  # the image's volume, WORKDIR and LevelDB store
-HBASE_STORE = "hbase://hbase:9090/tmsgate"
+HBASE_STORE = "hbase://hbase:9090/tmsgate?pool_size=8"
 KAFKA_PORT = parse_address(DEFAULT_KAFKA_LISTEN)[1]
 HTTP_PORT = parse_address(DEFAULT_HTTP_LISTEN)[1]
 

@@ -9,12 +9,12 @@ sequence number at a steady rate, recording every acknowledged (partition, offse
 and when the acknowledgement came; a confluent-kafka group member (subscribe, earliest, a
 synchronous commit after every non-empty poll) consumes meanwhile.
 
-1. After a few seconds of acks the leader of partition 0 (found by Metadata; when it is also
-   the controller, the groups move too) is killed with SIGKILL. Its leases expire after the
-   lease time and the two others take its partitions over, settling what it left half
-   written and reloading offsets and idempotent-producer state from the store. The load
-   goes on for several seconds, then the producer flushes and the group member is given
-   time to receive every record stored so far.
+1. After a few seconds of acks the leader of partition 0 (found by Metadata; the group
+   moves too when that gateway holds its coordinator slot) is killed with SIGKILL. Its
+   leases expire after the lease time and the two others take its partitions over,
+   settling what it left half written and reloading offsets and idempotent-producer
+   state from the store. The load goes on for several seconds, then the producer
+   flushes and the group member is given time to receive every record stored so far.
 2. The killed gateway is restarted with its node id while the same producer (same producer
    id, its sequences going on) produces again: every gateway's Metadata must list 3
    brokers and a leader for every partition, then each partition goes back to the gateway

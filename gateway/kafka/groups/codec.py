@@ -61,6 +61,12 @@ def offset_key(group_id: str, topic: str, partition: int) -> str:
     return f"{offsets_prefix(group_id)}{quote(topic, safe='')}/{partition}"
 
 
+def group_of_key(key: str) -> str:
+    """The group a row of either area belongs to: both keys start with the group's
+    (percent-encoded, so it holds no ``/``)."""
+    return unquote(key.partition("/")[0])
+
+
 def parse_offset_key(key: str) -> tuple[str, str, int]:
     try:
         group, topic, partition = key.split("/")

@@ -1,12 +1,17 @@
 """The group coordinator of one gateway: membership (``Rebalancer``), committed offsets
 (``Offsets``) and the operator APIs, over state loaded from the store.
 
-The gateway is the coordinator of every group. Each Broker builds one (``broker.groups``)
-and the gateway's start-up calls ``ready()``; it loads the durable state (group records and
-committed offsets) before answering its first request. Groups that had members when
-the gateway stopped come back Stable with the same generation and assignment, so
-their members carry on heartbeating; a member that does not come back expires after
-its session timeout like any other.
+A single gateway is the coordinator of every group. Each Broker builds one
+(``broker.groups``) and the gateway's start-up calls ``ready()``; it loads the durable
+state (group records and committed offsets) before answering its first request. Groups
+that had members when the gateway stopped come back Stable with the same generation and
+assignment, so their members carry on heartbeating; a member that does not come back
+expires after its session timeout like any other.
+
+With several gateways (``--cluster``), a gateway coordinates the groups of the slots it
+holds the lease of (gateway/cluster.py; slots.py loads, hands over and drops them); a
+request for any other group gets NOT_COORDINATOR, and the client asks FindCoordinator
+again. Its groups come back on the next owner as they do after a restart.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from .offsets import (
     TopicPartition,
 )
 from .rebalance import Rebalancer
+from .slots import SlotFence, SlotGroups
 from .state import DEAD, EMPTY, PROCEED, STABLE, GroupState, Op, outcome
 from .writer import StateWriter
 
@@ -99,7 +105,10 @@ class GroupCoordinator:
     def __init__(self, broker: Broker, config: GroupConfig) -> None:
         self.broker = broker
         self.config = config
-        self.writer = StateWriter(broker)
+        cluster = broker.cluster
+        self.writer = StateWriter(broker, None if cluster is None else SlotFence(cluster))
+        # With several gateways: the slots this one coordinates (None: every group)
+        self.slots = None if cluster is None else SlotGroups(self, cluster)
         self.rebalancer = Rebalancer(broker, config, self.writer)
         self.offsets = Offsets(broker, self.writer, config.offset_metadata_max_bytes)
         self._loading: asyncio.Task[None] | None = None
@@ -113,13 +122,17 @@ class GroupCoordinator:
         return self.rebalancer.groups
 
     # --- life cycle ---------------------------------------------------------------------
-    async def ready(self) -> None:
-        """Load the durable state once; concurrent first requests wait for the same load."""
+    async def ready(self, group_id: str | None = None) -> None:
+        """Load the durable state once; concurrent first requests wait for the same load.
+        In a cluster, NOT_COORDINATOR unless this gateway coordinates ``group_id`` now,
+        whose slot is then loaded (``None``: every slot this gateway holds)."""
         if self.closed:
             raise GroupError(E.NOT_COORDINATOR, "the gateway is shutting down")
-        cluster = self.broker.cluster
-        if cluster is not None and not cluster.is_controller:
-            raise GroupError(E.NOT_COORDINATOR, "another gateway coordinates the groups")
+        if self.slots is not None:
+            await self.slots.ready(group_id)
+            if self.closed:
+                raise GroupError(E.NOT_COORDINATOR, "the gateway is shutting down")
+            return
         if loaded(self._loading):
             return  # every request after the load: no shield to build
         if self._loading is None:
@@ -138,6 +151,20 @@ class GroupCoordinator:
         store = self.broker.store
         records = await self.broker.run(store.scan_state, GROUPS_AREA)
         rows = await self.broker.run(store.scan_state, OFFSETS_AREA)
+        self.restore(records, rows)
+        self.watch()
+        active = sum(1 for g in self.groups.values() if g.members)
+        log.info(
+            "loaded %d consumer groups (%d with members) and %d committed offsets in %.0f ms",
+            len(self.groups),
+            active,
+            len(rows),
+            (time.perf_counter() - started) * 1000,
+        )
+
+    def restore(self, records: list[tuple[str, bytes]], rows: list[tuple[str, bytes]]) -> int:
+        """Groups and committed offsets from their rows; -> how many groups."""
+        before = len(self.groups)
         for key, raw in rows:
             try:
                 group_id, topic, partition = parse_offset_key(key)
@@ -151,15 +178,22 @@ class GroupCoordinator:
                 log.error("skipping group record %r: %s", key, exc)
         for group_id in self.offsets.group_ids():
             self.groups.setdefault(group_id, Group(group_id))
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
-        active = sum(1 for g in self.groups.values() if g.members)
-        log.info(
-            "loaded %d consumer groups (%d with members) and %d committed offsets in %.0f ms",
-            len(self.groups),
-            active,
-            len(rows),
-            (time.perf_counter() - started) * 1000,
-        )
+        return len(self.groups) - before
+
+    def watch(self) -> None:
+        """Start the watcher (once)."""
+        if self._watcher is None and not self.closed:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    def forget(self, group: Group) -> None:
+        """The group leaves memory (another gateway coordinates it now): its timers stop
+        and its waiting members are told NOT_COORDINATOR, as at shutdown."""
+        self.rebalancer.cancel_timers(group)
+        for member in group.members.values():
+            member.answer_join(JoinResult(E.NOT_COORDINATOR, member.member_id))
+            member.answer_sync(SyncResult(E.NOT_COORDINATOR))
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
 
     def _restore(self, record: GroupRecord) -> None:
         group = Group(
@@ -207,7 +241,10 @@ class GroupCoordinator:
         gone = [
             g
             for g in self.groups.values()
-            if g.state is EMPTY and g.is_empty and not self.offsets.has_offsets(g.group_id)
+            if g.state is EMPTY
+            and g.is_empty
+            and not self.offsets.has_offsets(g.group_id)
+            and (self.slots is None or self.slots.serves(g.group_id))
         ]
         for group in gone:
             fut = self._delete(group)
@@ -240,14 +277,14 @@ class GroupCoordinator:
     # --- membership ---------------------------------------------------------------------
     async def join(self, req: JoinRequest) -> JoinResult:
         try:
-            await self.ready()
+            await self.ready(req.group_id)
         except GroupError as exc:
             return JoinResult(exc.code, req.member_id, message=str(exc))
         return await self.rebalancer.join(req)
 
     async def sync(self, req: SyncRequest) -> SyncResult:
         try:
-            await self.ready()
+            await self.ready(req.group_id)
         except GroupError as exc:
             return SyncResult(exc.code, message=str(exc))
         return await self.rebalancer.sync(req)
@@ -258,7 +295,7 @@ class GroupCoordinator:
         """Heartbeat: keeps the member's session alive; during a rebalance the answer is
         REBALANCE_IN_PROGRESS, which makes it rejoin."""
         try:
-            await self.ready()
+            await self.ready(group_id)
             group, member = group_member(self.groups, group_id, member_id, instance_id, generation)
         except GroupError as exc:
             self.rebalancer.log_refusal("Heartbeat", group_id, member_id, exc)
@@ -273,7 +310,7 @@ class GroupCoordinator:
     ) -> tuple[ErrorCode, list[ErrorCode]]:
         """LeaveGroup: (group error, one error per leaving member)."""
         try:
-            await self.ready()
+            await self.ready(group_id)
         except GroupError as exc:
             return exc.code, [exc.code] * len(leaving)
         if not group_id:
@@ -319,7 +356,7 @@ class GroupCoordinator:
         # The loops over ``items`` (what the client sent) are paced; see Broker.paced.
         paced = self.broker.paced
         try:
-            await self.ready()
+            await self.ready(group_id)
         except GroupError as exc:
             return {(i.topic, i.partition): exc.code async for i in paced(items)}
         code = E.NONE
@@ -349,6 +386,9 @@ class GroupCoordinator:
         if written is not None:
             try:
                 await asyncio.shield(written)
+            except GroupError as exc:  # the slot moved on: the client finds its new home
+                log.info("OffsetCommit group=%r: %s", group_id, exc)
+                code = exc.code
             except Exception as exc:
                 log.error("OffsetCommit group=%r: storing offsets failed: %s", group_id, exc)
                 code = E.COORDINATOR_NOT_AVAILABLE
@@ -389,7 +429,7 @@ class GroupCoordinator:
         time its commit was decided. ``replay`` (finishing a recorded commit after a
         restart): a partition committed later than that is left as it is, so a replay
         never moves an offset back. Offsets of topics gone since are dropped."""
-        await self.ready()
+        await self.ready(group_id)
         written = None
         async with self._commit_turn(group_id):
             topics = await self.offsets.topics({t for t, _ in offsets})
@@ -459,7 +499,7 @@ class GroupCoordinator:
         """OffsetFetch: ``topics`` None means every topic the group has offsets for."""
         paced = self.broker.paced  # a 1 MB request names ~80,000 topics
         try:
-            await self.ready()
+            await self.ready(group_id)
         except GroupError as exc:
             failed = FetchedOffset(error=exc.code)
             return exc.code, [
@@ -495,7 +535,7 @@ class GroupCoordinator:
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         """OffsetDelete: refused for partitions of topics a live consumer group reads."""
         try:
-            await self.ready()
+            await self.ready(group_id)
         except GroupError as exc:
             return exc.code, {}
         group = self.groups.get(group_id)
@@ -538,7 +578,7 @@ class GroupCoordinator:
 
     # --- operator APIs ------------------------------------------------------------------
     async def describe(self, group_id: str) -> GroupSummary | None:
-        await self.ready()
+        await self.ready(group_id)
         group = self.groups.get(group_id)
         if group is None:
             return None
@@ -565,27 +605,33 @@ class GroupCoordinator:
     async def list(
         self, states: set[GroupState] | None = None, types: set[str] | None = None
     ) -> list[ListedGroup]:
-        cluster = self.broker.cluster
-        if cluster is not None and not cluster.is_controller:
-            return []  # Kafka: each broker lists the groups it coordinates
-        await self.ready()
+        await self.ready()  # in a cluster: every slot this gateway holds
         if types and CLASSIC not in {t.lower() async for t in self.broker.paced(types)}:
             return []
+        # Kafka: each broker lists the groups it coordinates (admin clients ask them all).
+        serves = None if self.slots is None else self.slots.serves
         # A snapshot, paced: clients can make groups by the hundred thousand (a commit
         # with generation -1 makes one), and the dict may change while this yields.
         return [
             ListedGroup(g.group_id, g.protocol_type or "", g.state)
             async for g in self.broker.paced(list(self.groups.values()))
-            if not states or g.state in states
+            if (not states or g.state in states) and (serves is None or serves(g.group_id))
         ]
 
     async def delete_groups(self, group_ids: list[str]) -> list[ErrorCode]:
-        await self.ready()
+        if self.slots is None:
+            await self.ready()
         results: list[ErrorCode] = []
         writes = []
         # Paced (the ids are what the client sent); each group is checked and deleted with
         # no await between, so no join can slip in between the two.
         async for group_id in self.broker.paced(group_ids):
+            if self.slots is not None:  # per group: each may be coordinated elsewhere
+                try:
+                    await self.ready(group_id)
+                except GroupError as exc:
+                    results.append(exc.code)
+                    continue
             group = self.groups.get(group_id)
             if group is None:
                 results.append(E.GROUP_ID_NOT_FOUND)
@@ -601,7 +647,8 @@ class GroupCoordinator:
                 await asyncio.shield(fut)
             except Exception as exc:
                 log.error("DeleteGroups %r failed: %s", group_ids[index], exc)
-                results[index] = E.COORDINATOR_NOT_AVAILABLE
+                failed = isinstance(exc, GroupError)  # NOT_COORDINATOR: the slot moved
+                results[index] = exc.code if failed else E.COORDINATOR_NOT_AVAILABLE
         return results
 
     def _delete(self, group: Group) -> asyncio.Future[None]:

@@ -83,6 +83,11 @@ class Offsets:
     def group_ids(self) -> list[str]:
         return list(self._view)
 
+    def forget_group(self, group_id: str) -> None:
+        """Drop the group's offsets from the view (not from the store): another gateway
+        coordinates it now."""
+        self._view.pop(group_id, None)
+
     def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return dict(self._view.get(group_id, {}))
 

@@ -11,6 +11,12 @@ merged in arrival order, and each write's ``on_durable`` callback (which updates
 coordinator's in-memory view) runs in that order after the fsync. An update may be a
 function of the updates queued before it in the same batch: a group deletion uses
 that to also delete offsets whose commit is still in flight.
+
+With several gateways (gateway/cluster.py), a ``fence`` names what may not be written:
+rows of a group slot this gateway no longer holds. A write naming such rows fails with
+NOT_COORDINATOR before its batch is formed, and the whole batch is checked once more on
+the I/O thread right before it is written, so nothing lands after the slot's deadline
+(the cluster module's notes say why that is enough). A single gateway has no fence.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tmsgate.protocol import ErrorCode
+
+from .errors import GroupError
+
 if TYPE_CHECKING:
     from ..broker import Broker
 
@@ -28,6 +38,8 @@ log = logging.getLogger("tmsgate.kafka.groups")
 
 StateUpdates = dict[tuple[str, str], bytes | None]
 Updates = StateUpdates | Callable[[StateUpdates], StateUpdates]
+# The reason the rows may not be written now (None: they may).
+Fence = Callable[[StateUpdates], str | None]
 
 
 @dataclass(slots=True)
@@ -38,8 +50,9 @@ class _Write:
 
 
 class StateWriter:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, fence: Fence | None = None) -> None:
         self._broker = broker
+        self.fence = fence
         self._queue: list[_Write] = []
         self._task: asyncio.Task[None] | None = None
         self.batches = 0
@@ -65,13 +78,25 @@ class StateWriter:
         while self._queue:
             batch, self._queue = self._queue, []
             merged: StateUpdates = {}
+            fence = self.fence
             for w in batch:
-                merged.update(w.updates(merged) if callable(w.updates) else w.updates)
+                updates = w.updates(merged) if callable(w.updates) else w.updates
+                refused = None if fence is None else fence(updates)
+                if refused is not None:
+                    w.future.set_exception(GroupError(ErrorCode.NOT_COORDINATOR, refused))
+                    w.future.exception()  # the waiter may have gone away
+                    w.on_durable = None
+                    continue
+                merged.update(updates)
             try:
                 if merged:
-                    await self._broker.run(self._broker.store.put_states, merged)
+                    if fence is None:
+                        await self._broker.run(self._broker.store.put_states, merged)
+                    else:
+                        await self._broker.run(_put_fenced, self._broker, fence, merged)
             except Exception as exc:
-                log.error("writing %d group state rows failed: %s", len(merged), exc)
+                level = logging.INFO if isinstance(exc, GroupError) else logging.ERROR
+                log.log(level, "writing %d group state rows failed: %s", len(merged), exc)
                 for w in batch:
                     if not w.future.done():
                         w.future.set_exception(exc)
@@ -87,3 +112,11 @@ class StateWriter:
                         log.exception("updating the group view after a write failed")
                 if not w.future.done():
                     w.future.set_result(None)
+
+
+def _put_fenced(broker: Broker, fence: Fence, updates: StateUpdates) -> None:
+    """On the I/O thread: the last check, then the write."""
+    refused = fence(updates)
+    if refused is not None:
+        raise GroupError(ErrorCode.NOT_COORDINATOR, refused)
+    broker.store.put_states(updates)

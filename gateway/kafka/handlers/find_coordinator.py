@@ -1,6 +1,7 @@
 """FindCoordinator: this gateway coordinates every group and every transactional id (the
-transaction coordinator is gateway/kafka/txn); with several gateways on one store, the
-controller does (gateway/cluster.py). v4+ asks for several keys at once."""
+transaction coordinator is gateway/kafka/txn). With several gateways on one store
+(gateway/cluster.py), a group's coordinator is the gateway holding its slot's lease, and
+transactional ids go to the controller. v4+ asks for several keys at once."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ KEY_TYPES = (GROUP, TRANSACTION)  # share groups (2) are not implemented
 _Coordinator = FindCoordinatorResponse.Coordinator
 
 
-def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
+def _answer(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
     broker = ctx.broker
     if key_type not in KEY_TYPES:
         return {
@@ -30,11 +31,16 @@ def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
             "port": -1,
         }
     if broker.cluster is not None:
-        node = broker.cluster.controller()
-        if node is None:  # between controllers: clients ask again
+        if key_type == GROUP:
+            node = broker.cluster.group_coordinator(key)
+            missing = "no gateway coordinates this group's slot at the moment"
+        else:
+            node = broker.cluster.controller()
+            missing = "no gateway is the controller at the moment"
+        if node is None:  # a slot moving (or between controllers): clients ask again
             return {
                 "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                "error_message": "no gateway coordinates groups at the moment",
+                "error_message": missing,
                 "node_id": -1,
                 "host": "",
                 "port": -1,
@@ -78,13 +84,12 @@ def _denied(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any] | No
 async def handle(ctx: RequestContext, req: Any) -> Any:
     key_type = req.key_type if ctx.version >= 1 else GROUP
     if ctx.version >= 4:
-        answer = _answer(ctx, key_type)  # the same for every key
         found = [
-            _Coordinator(key=key, **(_denied(ctx, key_type, key) or answer))
+            _Coordinator(key=key, **(_denied(ctx, key_type, key) or _answer(ctx, key_type, key)))
             async for key in ctx.broker.paced(req.coordinator_keys)
         ]
         return ctx.response(throttle_time_ms=0, coordinators=found)
-    answer = _denied(ctx, key_type, req.key) or _answer(ctx, key_type)
+    answer = _denied(ctx, key_type, req.key) or _answer(ctx, key_type, req.key)
     return ctx.response(throttle_time_ms=0, **answer)
 
 

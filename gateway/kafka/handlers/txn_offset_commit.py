@@ -40,7 +40,7 @@ async def _codes(ctx: RequestContext, req: Any, items: list[OffsetCommit]) -> di
     broker = ctx.broker
     v = ctx.version
     try:
-        await broker.groups.ready()
+        await broker.groups.ready(req.group_id)
         await broker.txns.ready()
     except Exception as exc:
         return dict.fromkeys(((i.topic, i.partition) for i in items), getattr(exc, "code", 15))
