@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from test_cluster import Clock
 from tmsgate.gateway.cluster import GROUP_SLOTS, ClusterConfig, group_slot, rendezvous
 from tmsgate.gateway.kafka import GatewayConfig
 from tmsgate.gateway.kafka.groups import GroupCoordinator, GroupError, JoinRequest, OffsetCommit
@@ -31,17 +32,6 @@ from tmsgate.storage.memory import drop
 LEASE_MS = 1000
 E = ErrorCode
 _names = itertools.count()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 @pytest.fixture
@@ -253,8 +243,9 @@ def test_a_joining_gateway_gets_its_share_handed_over(table: str) -> None:
             handing = asyncio.ensure_future(a.tick())  # hands b's share over
             while len(a.cluster.held_group_slots()) == GROUP_SLOTS and not handing.done():
                 await asyncio.sleep(0.001)  # until a's lease round marks b's share leaving
-            await asyncio.sleep(0.05)  # a's hand-over waits for the queued write meanwhile
-            await b.tick()  # so b cannot take any of it yet
+            # a still holds the leases (released only after the queued write is flushed),
+            # so b cannot take any of it yet
+            await b.tick()
             assert not any(b.cluster.serves_group_slot(group_slot(g)) for g in moving)
             gate.set()
             await handing
