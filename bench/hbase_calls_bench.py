@@ -304,7 +304,10 @@ def main(argv: list[str] | None = None) -> None:
     idles: list[dict[str, object]] = []
     opens: list[dict[str, object]] = []
     first_gateway: dict[str, object] = {}
-    with StandinServer() as server:
+    # Up to 3 gateways (the idle cluster phases) of pool_size 8 each on one Thrift
+    # server: given the worker threads an operator gives HBase for them (docs/hbase.md),
+    # as the stand-in, like HBase, serves 16 connections at once by default.
+    with StandinServer(min_worker_threads=64) as server:
         counter = CallCounter(server)
         store = f"hbase://{server.address}/calls{uuid.uuid4().hex[:6]}"
         log(f"stand-in (not HBase) on {server.address}; store {store}")

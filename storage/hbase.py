@@ -1,7 +1,7 @@
 """``hbase://``: the store on HBase, through HBase's Thrift 1 server (happybase).
 
-URL: ``hbase://host[:port][/prefix][?salt_buckets=N&pool_size=N&timeout_ms=N]``; port 9090
-and prefix ``tmsgate`` by default. The prefix names the store's HBase tables, so several
+URL: ``hbase://host[:port][/prefix][?salt_buckets=N&pool_size=N&timeout_ms=N&connect_probe_ms=N]``;
+port 9090 and prefix ``tmsgate`` by default. The prefix names the store's HBase tables, so several
 stores can share one cluster. docs/hbase.md is the operator's side of this module.
 
 Tables (created on first use, with one column family ``d``, VERSIONS 1, ROW bloom filter):
@@ -52,6 +52,17 @@ What HBase promises, and what this engine adds:
   server closes idle connections) is made once more on a new connection: every call
   the engine makes is idempotent (writes carry their timestamp), but ``checkAndPut``,
   which check_and_put retries its own way (below).
+- The Thrift server's worker threads: HBase's Thrift 1 server (TBoundedThreadPoolServer)
+  serves each open connection with one worker thread for the connection's whole life,
+  ``hbase.thrift.minWorkerThreads`` (16) of them; on many releases a connection beyond
+  that is accepted but left unanswered until another one closes. So a new connection's
+  first exchange is a probe with a short deadline (``connect_probe_ms``, 2 s): a call to
+  a method the service lacks, which any worker answers at once (UNKNOWN_METHOD) without
+  touching the cluster. No answer: the connection is closed and BackendError says the
+  server has no free worker thread and what to size (minWorkerThreads, pool_size),
+  instead of every call on it waiting out ``timeout_ms`` (30 s). Calls on probed
+  connections keep ``timeout_ms``. ``pool_size`` defaults to 8: one gateway leaves half
+  of a default server's threads to a second gateway or other Thrift clients.
 
 ``check_and_put`` (the leases of leases.py) is HBase's ``checkAndPut`` on a metadata row's
 ``d:v``: compare one column, apply one Put, atomically, in the WAL before it answers.
@@ -97,7 +108,8 @@ reader starts its read with it. docs/hbase.md has the figures.
 Thrift calls used: getTableNames, createTable, getColumnDescriptors, checkAndPut (the
 engine row; check_and_put), getRowWithColumns, getRowsWithColumns (checking offset
 hints), mutateRowTs, mutateRowsTs, scannerOpenWithScan (with ``columns`` for the offset
-search), scannerGetList, scannerClose. HBase >= 0.98 (reversed scans);
+search), scannerGetList, scannerClose; and on each new connection ``tmsgate_worker_probe``,
+which the service lacks (the worker probe above). HBase >= 0.98 (reversed scans);
 HBase 1.x and 2.x Thrift 1 servers (``hbase thrift start``, default threadpool server:
 buffered transport, binary protocol).
 
@@ -112,12 +124,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import heapq
+import io
 import logging
 import queue
 import re
+import socket
 import struct
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -126,8 +141,10 @@ from urllib.parse import parse_qsl, urlsplit
 
 import happybase
 import Hbase_thrift  # the module happybase loads from the Hbase.thrift it ships
+import thriftpy2
 from sortedcontainers import SortedDict
-from thriftpy2.thrift import TApplicationException, TException
+from thriftpy2.protocol import TBinaryProtocol
+from thriftpy2.thrift import TApplicationException, TClient, TException
 from thriftpy2.transport import TTransportException
 
 from . import keys
@@ -142,8 +159,14 @@ DEFAULT_PORT = 9090
 DEFAULT_PREFIX = "tmsgate"
 DEFAULT_SALT_BUCKETS = 8
 MAX_SALT_BUCKETS = 256  # one salt byte
-DEFAULT_POOL_SIZE = 16
+# Connections per process, each holding one of the Thrift server's worker threads for its
+# life (hbase.thrift.minWorkerThreads, 16 by default): 8 leave room for a second gateway.
+DEFAULT_POOL_SIZE = 8
 DEFAULT_TIMEOUT_MS = 30_000
+# How long a new connection's probe waits for a worker thread to answer (a worker answers
+# it at once; only a connection no worker serves, or a stalled server, takes longer).
+DEFAULT_CONNECT_PROBE_MS = 2_000
+HBASE_DEFAULT_MIN_WORKER_THREADS = 16  # TBoundedThreadPoolServer.DEFAULT_MIN_WORKER_THREADS
 
 FAMILY = b"d"
 _FAMILY_COL = FAMILY + b":"
@@ -189,7 +212,15 @@ HINT_PREFIXES = 256
 WRITE_MAX_BYTES = 8 << 20
 
 _PREFIX_RE = re.compile(r"^(?:[A-Za-z0-9_]+:)?[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-_OPTIONS = ("salt_buckets", "pool_size", "timeout_ms")
+_OPTIONS = ("salt_buckets", "pool_size", "timeout_ms", "connect_probe_ms")
+
+# The worker probe: a service of one method that HBase's Hbase service does not have, so
+# that a Thrift worker answers it from the connection alone (TApplicationException
+# UNKNOWN_METHOD), with no call into the cluster and nothing in HBase's logs.
+_PROBE_SERVICE = thriftpy2.load_fp(
+    io.StringIO("service TmsgateProbe { void tmsgate_worker_probe() }"),
+    module_name="tmsgate_worker_probe_thrift",
+).TmsgateProbe
 
 # Errors of a call: the Thrift layer's (HBase's IOError, IllegalArgument, AlreadyExists and
 # TApplicationException are TExceptions too), the socket's, and an exhausted pool.
@@ -217,11 +248,15 @@ class HBaseBackend:
         salt_buckets: int | None = None,
         pool_size: int = DEFAULT_POOL_SIZE,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        connect_probe_ms: int = DEFAULT_CONNECT_PROBE_MS,
     ) -> None:
         self.host, self.port, self.prefix = host, port, prefix
         self.url = f"hbase://{host}:{port}/{prefix}"
         self._pool_size = pool_size
         self._timeout_s = timeout_ms / 1000
+        self._probe_s = min(connect_probe_ms, timeout_ms) / 1000
+        # Sockets of pooled connections a worker thread has answered (probed once each).
+        self._served: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         self._closed = False
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
@@ -341,6 +376,7 @@ class HBaseBackend:
                 raise BackendError(f"{self.url}: {op} refused: the backend is closed")
             try:
                 with self._pool.connection(timeout=self._timeout_s) as conn:
+                    self._check_worker(conn)
                     return fn(conn)
             except _CALL_ERRORS as exc:
                 if retried or not retry or not _dropped_connection(exc):
@@ -352,6 +388,44 @@ class HBaseBackend:
                     self.port,
                     _detail(exc),
                 )
+
+    def _check_worker(self, conn: Any) -> None:
+        """On a connection no call has been answered on yet (new, or reopened), wait
+        ``connect_probe_ms`` at most for a Thrift worker thread to answer the probe; a
+        connection no worker serves is closed (its probe, once a worker reads it, would
+        answer a later call) and BackendError says why. A dropped connection raises as
+        any call's would (_call reconnects)."""
+        sock = conn.transport.sock
+        if sock is None or sock in self._served:
+            return
+        sock.settimeout(self._probe_s)
+        try:
+            TClient(_PROBE_SERVICE, TBinaryProtocol(conn.transport)).tmsgate_worker_probe()
+        except TApplicationException as exc:
+            if exc.type != TApplicationException.UNKNOWN_METHOD:
+                raise
+        except TimeoutError:
+            conn.close()
+            raise self._no_worker() from None
+        except TTransportException as exc:
+            if exc.type != TTransportException.TIMED_OUT:
+                raise
+            conn.close()
+            raise self._no_worker() from None
+        sock.settimeout(self._timeout_s)
+        self._served.add(sock)
+
+    def _no_worker(self) -> BackendError:
+        return BackendError(
+            f"HBase Thrift server {self.host}:{self.port} (store {self.url}): it accepted "
+            f"a new connection but no worker thread answered it within "
+            f"{self._probe_s * 1000:g} ms: the server has no free worker thread. Each open "
+            "connection holds one of hbase.thrift.minWorkerThreads (default "
+            f"{HBASE_DEFAULT_MIN_WORKER_THREADS}) for its whole life; raise it on the Thrift "
+            "server to at least gateways x pool_size + other Thrift clients, or lower "
+            f"pool_size in the URL (this store's: {self._pool_size}); docs/hbase.md. A "
+            "server merely slow to answer: raise connect_probe_ms."
+        )
 
     def _error(self, op: str, exc: BaseException) -> BackendError:
         if isinstance(exc, happybase.NoConnectionsAvailable):
@@ -1109,8 +1183,9 @@ def _int_option(params: dict[str, str], name: str, low: int, high: int | None) -
 def open_url(
     rest: str, snapshot: bool = False, disk_reserve_bytes: int | None = None
 ) -> HBaseBackend:
-    """``hbase://`` + ``host[:port][/prefix][?salt_buckets=N&pool_size=N&timeout_ms=N]``.
-    ``snapshot`` and ``disk_reserve_bytes`` do not apply to HBase and are ignored."""
+    """``hbase://`` + ``host[:port][/prefix][?salt_buckets=N&pool_size=N&timeout_ms=N&
+    connect_probe_ms=N]``. ``snapshot`` and ``disk_reserve_bytes`` do not apply to HBase
+    and are ignored."""
     parts = urlsplit("//" + rest)
     try:
         port = parts.port or DEFAULT_PORT
@@ -1138,4 +1213,6 @@ def open_url(
         salt_buckets=_int_option(params, "salt_buckets", 1, MAX_SALT_BUCKETS),
         pool_size=_int_option(params, "pool_size", 1, None) or DEFAULT_POOL_SIZE,
         timeout_ms=_int_option(params, "timeout_ms", 1, None) or DEFAULT_TIMEOUT_MS,
+        connect_probe_ms=_int_option(params, "connect_probe_ms", 1, None)
+        or DEFAULT_CONNECT_PROBE_MS,
     )

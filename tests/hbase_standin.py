@@ -29,10 +29,20 @@ Calls it does not implement (``atomicIncrement``, ``increment*``, ``append``,
 (``TScan.filterString``, ``TScan.batchSize``) answer with a clear error naming this file.
 There is no persistence, no regions (one per table), no WAL, no replication.
 
+Connections hold worker threads as on HBase's Thrift 1 server (TBoundedThreadPoolServer,
+``hbase thrift start``): each accepted connection is served by one worker thread for its
+whole life, and there are ``min_worker_threads`` of them (default 16, HBase's
+``hbase.thrift.minWorkerThreads``). A connection beyond that is accepted (TCP) but gets
+no answer, its calls unread, until a connection closes and frees a worker; then it is
+served. (HBase releases that size the pool's core by ``hbase.thrift.minWorkerThreads``
+start more threads only once ``hbase.thrift.maxQueuedRequests``, 1000, connections wait;
+the stand-in never grows. docs/hbase.md has which releases do what.) Tests that run
+several clients on one stand-in give it the threads an operator would give HBase.
+
 Use: ``with running_standin() as address:`` ("127.0.0.1:PORT") for a server in a thread,
 ``StandinServer`` to stop and restart one or inject faults (``fail_mutations``; and
 ``drop_calls``: the connection dies before or after a call is applied), or by hand:
-``python tests/hbase_standin.py --port 9090``.
+``python tests/hbase_standin.py --port 9090 [--min-worker-threads 16]``.
 """
 
 from __future__ import annotations
@@ -74,6 +84,8 @@ log = logging.getLogger("hbase_standin")
 LATEST_TIMESTAMP = (1 << 63) - 1  # HConstants.LATEST_TIMESTAMP: "now, on the server"
 MAX_ROW_LENGTH = 32767  # HConstants.MAX_ROW_LENGTH
 FOREVER = 0x7FFFFFFF  # HConstants.FOREVER (a family's timeToLive, seconds)
+# TBoundedThreadPoolServer.DEFAULT_MIN_WORKER_THREADS (hbase.thrift.minWorkerThreads)
+DEFAULT_MIN_WORKER_THREADS = 16
 _NAMESPACE = re.compile(rb"^[A-Za-z0-9_]+$")
 _QUALIFIER = re.compile(rb"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _COMPRESSION = {"NONE", "GZ", "LZO", "SNAPPY", "LZ4", "BZIP2", "ZSTD", "LZMA"}
@@ -884,14 +896,25 @@ class StandinServer:
     ``stop()`` closes the listening socket and every client connection, as a dead server
     would; ``start()`` again serves the same tables on the same port. ``hbase`` is the
     handler (tables, call counts, ``fail_mutations``). ``idle_timeout_s`` closes a client
-    connection idle that long, as HBase's Thrift server does (its read timeout)."""
+    connection idle that long, as HBase's Thrift server does (its read timeout).
+    ``min_worker_threads``: connections served at once, each holding a worker for its
+    life; later ones wait unanswered (the module's notes; ``waiting`` counts them)."""
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, idle_timeout_s: float | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        idle_timeout_s: float | None = None,
+        min_worker_threads: int = DEFAULT_MIN_WORKER_THREADS,
     ) -> None:
+        if min_worker_threads < 1:
+            raise ValueError(f"min_worker_threads={min_worker_threads}: need at least 1")
         self.host = host
         self.port = port
         self.idle_timeout_s = idle_timeout_s
+        self.min_worker_threads = min_worker_threads
+        self._workers = threading.BoundedSemaphore(min_worker_threads)
+        self._waiting = 0  # accepted connections no worker serves yet
         self.hbase = StandinHBase()
         self._processor = TProcessor(Hbase_thrift.Hbase, self.hbase)
         self._transport = TBufferedTransportFactory()
@@ -906,6 +929,12 @@ class StandinServer:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def waiting(self) -> int:
+        """Accepted connections waiting for a free worker (unanswered)."""
+        with self._lock:
+            return self._waiting
 
     def start(self) -> StandinServer:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -968,7 +997,35 @@ class StandinServer:
                 self._handlers.add(handler)
             handler.start()
 
+    def _wait_for_worker(self) -> bool:
+        """Take a worker for this connection's life, waiting (its bytes unread) while
+        every worker serves another connection; False if the server stops meanwhile."""
+        with self._lock:
+            self._waiting += 1
+        try:
+            while not self._stopping.is_set():
+                if self._workers.acquire(timeout=0.05):
+                    return True
+            return False
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
     def _serve(self, client: socket.socket) -> None:
+        worker = self._wait_for_worker()
+        try:
+            if worker:
+                self._process(client)
+        finally:
+            if worker:
+                self._workers.release()
+            with contextlib.suppress(OSError):
+                client.close()
+            with self._lock:
+                self._clients.discard(client)
+                self._handlers.discard(threading.current_thread())
+
+    def _process(self, client: socket.socket) -> None:
         itrans = self._transport.get_transport(TSocket(sock=client))
         otrans = self._transport.get_transport(TSocket(sock=client))
         iprot = self._protocol.get_protocol(itrans)
@@ -980,12 +1037,6 @@ class StandinServer:
             pass  # the client left, the connection idled out, the server stops, or a fault
         except Exception:
             log.exception("stand-in connection failed")
-        finally:
-            with contextlib.suppress(OSError):
-                client.close()
-            with self._lock:
-                self._clients.discard(client)
-                self._handlers.discard(threading.current_thread())
 
 
 @contextlib.contextmanager
@@ -1005,12 +1056,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--idle-timeout", type=float, default=None, help="close connections idle this long (s)"
     )
+    parser.add_argument(
+        "--min-worker-threads",
+        type=int,
+        default=DEFAULT_MIN_WORKER_THREADS,
+        help="connections served at once, one worker each for its life; later ones wait "
+        "unanswered (HBase's hbase.thrift.minWorkerThreads, default %(default)s)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     # SIGTERM stops it as Ctrl-C does (a background job ignores SIGINT).
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    server = StandinServer(args.host, args.port, args.idle_timeout).start()
+    server = StandinServer(args.host, args.port, args.idle_timeout, args.min_worker_threads).start()
     # The first line of stdout names the address: with --port 0, the one the OS chose.
     print(f"HBase Thrift 1 stand-in (not HBase) on {server.address}; Ctrl-C stops it", flush=True)
     try:

@@ -83,10 +83,13 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def raw_table(url: str, suffix: str) -> happybase.Table:
-    """The HBase table ``<prefix>_<suffix>`` through happybase itself."""
+    """The HBase table ``<prefix>_<suffix>`` through happybase itself, on a connection of
+    its own (closed once the table is dropped). A timeout, so that a Thrift server with no
+    free worker thread (docs/hbase.md) fails the test rather than hanging it."""
     address, _, prefix = url.removeprefix("hbase://").partition("/")
     host, _, port = address.partition(":")
-    return happybase.Connection(host, int(port)).table(f"{prefix}_{suffix}")
+    conn = happybase.Connection(host, int(port), timeout=engine.DEFAULT_TIMEOUT_MS)
+    return conn.table(f"{prefix}_{suffix}")
 
 
 def salted_row(key: bytes, buckets: int = engine.DEFAULT_SALT_BUCKETS) -> bytes:
@@ -203,6 +206,11 @@ def test_scans_match_the_reference_engine(
 
 @pytest.mark.parametrize("buckets", [1, 256])
 def test_scans_with_one_bucket_and_with_every_salt_byte(hbase_url: str, buckets: int) -> None:
+    """With 256 buckets a scan fetches min(buckets, pool_size) buckets at once, each on a
+    connection of the pool, so the backend keeps pool_size connections open while
+    raw_table opens one more. Each holds one of the Thrift server's 16 default worker
+    threads (the stand-in's too): with the default pool_size (8) that is 9 of them; with
+    the former default (16) the 17th waited for a worker forever."""
     b = open_backend(f"{hbase_url}?salt_buckets={buckets}")
     ref = MemoryBackend()
     try:
@@ -621,6 +629,7 @@ def test_salt_buckets_are_a_property_of_the_store(hbase_url: str) -> None:
         ("h:9090/p?salt_buckets=0", "salt_buckets='0'.*1..256"),
         ("h:9090/p?salt_buckets=257", "1..256"),
         ("h:9090/p?pool_size=x", "pool_size"),
+        ("h:9090/p?connect_probe_ms=0", "connect_probe_ms='0'.*>= 1"),
         ("h:9090/bad name", "not a valid HBase table name"),
         ("h:99999/p", "bad port"),
         (":9090/p", "no host"),
@@ -639,13 +648,23 @@ def test_url_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(engine, "HBaseBackend", fake)
     engine.open_url("hbase-host")
-    engine.open_url("h:1234/ns_1:store.a?timeout_ms=10", snapshot=True, disk_reserve_bytes=5)
+    engine.open_url(
+        "h:1234/ns_1:store.a?timeout_ms=10&connect_probe_ms=5", snapshot=True, disk_reserve_bytes=5
+    )
     assert opened == [
         (
             ("hbase-host", 9090, "tmsgate"),
-            {"salt_buckets": None, "pool_size": 16, "timeout_ms": 30_000},
+            {
+                "salt_buckets": None,
+                "pool_size": 8,
+                "timeout_ms": 30_000,
+                "connect_probe_ms": 2_000,
+            },
         ),
-        (("h", 1234, "ns_1:store.a"), {"salt_buckets": None, "pool_size": 16, "timeout_ms": 10}),
+        (
+            ("h", 1234, "ns_1:store.a"),
+            {"salt_buckets": None, "pool_size": 8, "timeout_ms": 10, "connect_probe_ms": 5},
+        ),
     ]
 
 
