@@ -10,7 +10,8 @@ Lease names:
 - ``gateway/<node id>``: a live gateway, its holder naming where clients reach it
   (``host:port http-url pid.start``). Its expiry is how the others learn it died.
 - ``controller``: the gateway Metadata names as controller; it finishes topic changes a
-  crash cut short, and coordinates transactional ids (refused in a cluster for now).
+  crash cut short, runs the cluster's transaction manager (storage/shared_transactions.py)
+  and coordinates every transactional id (gateway/cluster_calls.py has why one).
 - ``partition/<topic>``: the partition's leader (only the leader writes it).
 - ``groups/<slot>``: the coordinator of the consumer groups of one of ``GROUP_SLOTS``
   slots (Kafka's 50 ``__consumer_offsets`` partitions; ``group_slot``).
@@ -56,6 +57,7 @@ import functools
 import hashlib
 import logging
 import os
+import secrets
 import struct
 import threading
 import time
@@ -75,6 +77,7 @@ CONTROLLER = "controller"
 GROUPS = "groups/"
 GROUP_SLOTS = 50  # Kafka's offsets.topic.num.partitions default; fixed: a group keeps its slot
 PRODUCER_ID_BLOCKS = "counter/producer-id-blocks"
+CLUSTER_SECRET = "secret/cluster-calls"
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,10 +296,21 @@ class Cluster:
             "failed_rounds": self.failed_ticks,
         }
 
-    # --- producer ids -------------------------------------------------------------------------
+    def may_write_as_controller(self) -> bool:
+        """The fence of the controller's own rows (the Kafka transaction records): held,
+        and before the lease's end less the margin. Asked on the store's writer."""
+        return self.is_controller
+
+    # --- producer ids, the cluster's secret -------------------------------------------------
     def producer_id_block(self) -> int:
         """A number no gateway of this store was given before (blocking)."""
         return self._leases.next_number(PRODUCER_ID_BLOCKS)
+
+    def shared_secret(self) -> str:
+        """The token the gateways of this store show each other on their cluster calls
+        (gateway/cluster_calls.py), made by the first one to ask (blocking): whoever can
+        read the store can read it, and nobody else."""
+        return self._leases.shared_value(CLUSTER_SECRET, lambda: secrets.token_urlsafe(32))
 
     # --- the tick -------------------------------------------------------------------------------
     def tick(self) -> Round:
@@ -424,6 +438,8 @@ class Cluster:
         self._held[name] = lease
         if topic is None:  # the controller finishes topic changes: after the previous one
             self.store.sync_clock()
+            # ...and runs the transaction manager, read from the rows the last one left
+            self.store.lead_transactions(lease.act_until(self.config.margin_ms))
             log.info("took lease %s (epoch %d)", name, lease.epoch)
             return
         self.takeovers += 1
@@ -448,10 +464,15 @@ class Cluster:
             self._held.pop(name, None)
             if topic is not None:
                 self.store.follow(topic)
+            elif name == CONTROLLER:
+                self.store.follow_transactions()
             return
         self._held[name] = renewed
+        until = renewed.act_until(self.config.margin_ms)
         if topic is not None:
-            self.store.lead(topic, renewed.act_until(self.config.margin_ms))
+            self.store.lead(topic, until)
+        elif name == CONTROLLER:
+            self.store.lead_transactions(until)
 
     def _hand_over(self, name: str, topic: TopicId) -> None:
         self.store.follow(topic)  # first: no new write of ours is accepted
@@ -467,6 +488,7 @@ class Cluster:
             self.stopped = True
             self._slot_until.clear()  # first: no group write of ours from now on
             self._leaving.clear()
+            self.store.follow_transactions()
             for name, lease in list(self._held.items()):
                 if name.startswith(PARTITION):
                     self.store.follow(_topic_of(name))

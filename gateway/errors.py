@@ -16,6 +16,7 @@ from tmsgate.storage import (
     InvalidTopicProperties,
     InvalidTransaction,
     NotLeader,
+    NotTransactionLeader,
     OffsetGap,
     OffsetOutOfRange,
     StateConflict,
@@ -70,6 +71,19 @@ class NotInCluster(RuntimeError):
     transactions (docs/deploy.md, "Several gateways")."""
 
 
+class PeerUnavailable(StorageError):
+    """Another gateway of the cluster did not answer a cluster call, or no live gateway
+    holds the role asked for now (gateway/cluster_calls.py): retriable."""
+
+
+class ClusterCallRefused(StorageError):
+    """Another gateway answered a cluster call with an error its caller has no type for."""
+
+    def __init__(self, name: str, status: int, body: dict[str, object]) -> None:
+        self.status, self.kind, self.body = status, str(body.get("error", "error")), body
+        super().__init__(f"{name}: {body.get('message', status)}")
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorKind:
     kafka: ErrorCode
@@ -83,6 +97,17 @@ _TABLE: tuple[tuple[type[BaseException], ErrorKind], ...] = (
     # and move, HTTP clients are told to ask again (the body names the leader's URL).
     (NotLeader, ErrorKind(ErrorCode.NOT_LEADER_OR_FOLLOWER, 421, "not_leader")),
     (NotInCluster, ErrorKind(ErrorCode.UNSUPPORTED_VERSION, 501, "not_in_cluster")),
+    # Several gateways: the controller (which runs the transaction manager) is moving, or
+    # another gateway is out of reach for a moment; clients look again and retry.
+    (
+        NotTransactionLeader,
+        ErrorKind(ErrorCode.NOT_COORDINATOR, 503, "transaction_manager_moving"),
+    ),
+    (PeerUnavailable, ErrorKind(ErrorCode.COORDINATOR_NOT_AVAILABLE, 503, "gateway_unavailable")),
+    (
+        ClusterCallRefused,
+        ErrorKind(ErrorCode.COORDINATOR_NOT_AVAILABLE, 502, "cluster_call_failed"),
+    ),
     (TopicNotFound, ErrorKind(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 404, "topic_not_found")),
     (
         NamespaceNotFound,

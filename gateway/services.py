@@ -34,14 +34,16 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from tmsgate.storage import Store, open_store
+from tmsgate.storage import SharedTransactions, Store, open_store
 
 from . import exporter_metrics, faults
 from .cluster import Cluster, ClusterConfig
+from .cluster_calls import Body, ClusterCalls
 from .kafka.broker import Broker
 from .kafka.config import GatewayConfig
 from .kafka.metrics import Metrics
 from .kafka.server import KafkaServer
+from .partition_work import PartitionWork
 from .transactions import TransactionService
 
 if TYPE_CHECKING:
@@ -51,6 +53,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("tmsgate")
 T = TypeVar("T")
 EXPIRY_INTERVAL_S = 1.0  # how soon a timed-out transaction moves to the invalid list
+# Several gateways: how often one that is not the controller refreshes its view of the
+# transaction manager (a call to the controller): how late, at most, it sees a TMS commit.
+VIEW_REFRESH_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +94,28 @@ class Services:
         self.authorizer = self.broker.authorizer
         # kafka-exporter's kafka_* families, read from the store when scraped.
         self.kafka_exporter = exporter_metrics.register(self)
+        # Several gateways: the calls between them (gateway/cluster_calls.py), and each
+        # transaction's part on a partition run where the partition is led.
+        self.calls = None if self.cluster is None else ClusterCalls(self.cluster)
+        self.partitions = PartitionWork(store, self.calls)
+        if self.calls is not None:
+            self.broker.txns.attach_cluster(self.calls, self.partitions)
+            self.calls.register("group.commit_txn", self._commit_txn_offsets)
         self.transactions = TransactionService(
-            store, self.registry, self.broker.txns.owner_of, clustered=cluster is not None
+            store,
+            self.registry,
+            self.broker.txns.owner_of,
+            calls=self.calls,
+            partitions=self.partitions,
         )
+        # Several gateways: set once this gateway, as the new controller, finished the
+        # commits the last one recorded; nothing expires before (services docstring).
+        self._tx_recovered = False
         self.kafka_server = KafkaServer(self.broker)
         self.http_server: HttpServer | None = None
         self._expiry: asyncio.Task[None] | None = None
         self._leases: asyncio.Task[None] | None = None
+        self._view: asyncio.Task[None] | None = None
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking store call on the shared I/O executor."""
@@ -145,9 +165,10 @@ class Services:
             with _binding("metrics", config.metrics_listen, "--metrics-listen"):
                 self.metrics.serve(*config.metrics_listen)
             log.info("metrics on http://%s:%d/metrics", *config.metrics_listen)
-        if self.cluster is None:
-            self._expiry = loop.create_task(self._expire_transactions())
-        else:
+        self._expiry = loop.create_task(self._expire_transactions())
+        if self.cluster is not None:
+            assert self.calls is not None
+            await self.calls.start(self.run)  # the secret, before any call comes or goes
             # Where clients reach us is known now; the first round of leases is taken
             # before start() returns, so a lone gateway serves at once.
             self.cluster.announce(
@@ -156,6 +177,7 @@ class Services:
             self._watch_cluster()
             await self.lease_round()
             self._leases = loop.create_task(self._keep_leases())
+            self._view = loop.create_task(self._follow_transaction_manager())
 
     async def stop_listeners(self) -> None:
         """After a failed start: stop the listeners that did start, so that none is left
@@ -169,6 +191,8 @@ class Services:
             self._expiry.cancel()
         if self._leases is not None:
             self._leases.cancel()
+        if self._view is not None:
+            self._view.cancel()
         if self.http_server is not None:
             await self.http_server.stop()
         await self.kafka_server.stop(grace_s)
@@ -180,6 +204,8 @@ class Services:
         if self.cluster is not None:
             # After the last write: the others take over at once, not after the lease.
             await self.run(self.cluster.stop)
+        if self.calls is not None:
+            await self.calls.close()
 
     # --- several gateways -------------------------------------------------------------------
     def _watch_cluster(self) -> None:
@@ -213,10 +239,56 @@ class Services:
         await groups.slots.follow()  # load the slots taken, drop the ones lost
         if changed.is_controller != changed.was_controller:
             log.info("%s the controller", "now" if changed.is_controller else "no longer")
+            self._tx_recovered = False
+            self.broker.txns.reset()  # the records are the controller's alone
             if changed.is_controller:
                 # Partition changes a crash cut short (create, grow, delete, configs) are
                 # finished by one gateway: the controller.
                 await self.broker.topics.repair()
+                await self._take_over_transactions()
+        elif changed.is_controller and not self._tx_recovered:
+            await self._take_over_transactions()  # the last attempt failed: again
+
+    async def _take_over_transactions(self) -> None:
+        """As the new controller, before anything expires: the Kafka transactions' records
+        are loaded (recorded commits finished, open transactions aborted and their
+        producers fenced) and the TMS commits with a manifest are finished, as at a
+        restart. The TMS transactions still open stay open, with their timeouts."""
+        try:
+            await self.broker.txns.ready()
+            await self.transactions.recover()
+        except Exception as exc:  # the next round tries again; nothing expires meanwhile
+            log.warning("taking over the transactions failed: %s", exc)
+            return
+        self._tx_recovered = True
+        txm = self.store.transactions
+        if isinstance(txm, SharedTransactions):
+            txm.recovered()
+        log.info("running the cluster's transaction manager")
+
+    async def _commit_txn_offsets(self, body: Body) -> Body:
+        """The ``group.commit_txn`` cluster call: a Kafka transaction's offsets, committed
+        by this gateway as the group's coordinator (the controller's commit, step 5)."""
+        offsets = {
+            (str(t), int(p)): (int(o), int(le), str(md)) for t, p, o, le, md in body["offsets"]
+        }
+        group = str(body["group"])
+        await self.broker.groups.commit_transactional(
+            group, offsets, int(body["decidedMs"]), bool(body["replay"])
+        )
+        self.broker.txns.offsets_ended(group, str(body["tid"]))
+        return {}
+
+    async def _follow_transaction_manager(self) -> None:
+        """Not the controller: this gateway's view of the transaction manager, refreshed
+        every VIEW_REFRESH_S (a commit's partitions hear of it at once; this is for the
+        rest: TMS commits, aborts, timeouts)."""
+        while True:
+            await asyncio.sleep(VIEW_REFRESH_S)
+            try:
+                await self.transactions.refresh_view()
+            except Exception as exc:  # the controller moving: readers wait a little longer
+                log.debug("refreshing the view of the transaction manager failed: %s", exc)
 
     async def _keep_leases(self) -> None:
         assert self.cluster is not None
@@ -239,6 +311,10 @@ class Services:
         # reads "invalid" and read_committed consumers stop waiting for them.
         while True:
             await asyncio.sleep(EXPIRY_INTERVAL_S)
+            if self.cluster is not None and not (
+                self.broker.txns.coordinates and self._tx_recovered
+            ):
+                continue  # only the controller expires, once it recovered what was recorded
             try:
                 # Kafka's first: it fences the producer as it aborts (Kafka's behaviour).
                 kafka = await self.broker.txns.expire()

@@ -27,6 +27,14 @@ Two additions serve writers made of many workers (a Spark sink, docs/spark.md):
   Steps 3-5 are idempotent; ``recover()`` (at start, before listening) replays every
   recorded manifest, so a kill -9 anywhere ends with all of it visible exactly once, or
   (before step 2) none of it.
+
+Several gateways (``--cluster``): the controller runs the transaction manager
+(storage/shared_transactions.py), so every transition is made there. On another gateway
+each call of this service is sent to the controller (``tx.*`` cluster calls,
+gateway/cluster_calls.py) and answered by its service; queries and snapshots come from
+this gateway's view of the manager. A commit's step 3 runs on each topic's leader
+(gateway/partition_work.py); the controller records and replays manifests, and a new
+controller replays what the last one recorded (``recover``, at takeover).
 """
 
 from __future__ import annotations
@@ -36,9 +44,12 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from tmsgate.storage import (
+    NotTransactionLeader,
+    SharedTransactions,
     Store,
     StoredRange,
     TopicId,
@@ -49,7 +60,12 @@ from tmsgate.storage import (
 )
 from tmsgate.storage.transactions import COMMITTED, IN_PROGRESS
 
-from .errors import NotInCluster, TransactionOwned
+from .cluster_calls import Body, b64, topic_of, unb64
+from .errors import TransactionOwned
+from .partition_work import PartitionWork, range_of, range_row
+
+if TYPE_CHECKING:
+    from .cluster_calls import ClusterCalls
 
 log = logging.getLogger("tmsgate.transactions")
 
@@ -87,16 +103,20 @@ class TransactionService:
         registry: CollectorRegistry,
         kafka_owner: Callable[[int], str | None] = lambda wp: None,
         *,
-        clustered: bool = False,
+        calls: ClusterCalls | None = None,
+        partitions: PartitionWork | None = None,
     ) -> None:
         """``kafka_owner(wp)``: the Kafka transactional id whose transaction ``wp`` is
-        (the Kafka transaction coordinator's), else None."""
+        (the Kafka transaction coordinator's), else None. ``calls``: several gateways
+        (the module docstring)."""
         self._store = store
         self._manager = store.transactions
-        # Several gateways: each has its own transaction manager over one store, whose
-        # write pointers could collide; until one is shared, none starts a transaction.
-        self._clustered = clustered
+        self._calls = calls
+        self._partitions = partitions or PartitionWork(store)
         self._kafka_owner = kafka_owner
+        if calls is not None:
+            for name, handler in self._call_handlers().items():
+                calls.register(name, handler)
         self._key_lock = asyncio.Lock()  # one transaction per key, whoever asks first
         self._next_key_sweep_ms = 0
         self.before_step: Callable[[str], Awaitable[None]] | None = None  # fault points
@@ -122,15 +142,25 @@ class TransactionService:
             self._ended.labels(outcome)
 
     # --- transitions (durable) -------------------------------------------------------------
+    def _forwarded(self) -> bool:
+        """Several gateways, and this one does not run the manager: ask the controller."""
+        txm = self._manager
+        return self._calls is not None and isinstance(txm, SharedTransactions) and not txm.leading
+
+    async def _ask(self, name: str, body: Body) -> Body:
+        assert self._calls is not None
+        doc = await self._calls.to_controller(name, body)
+        if "snapshot" in doc:  # every answer refreshes this gateway's view
+            self.apply_snapshot(doc["snapshot"])
+        return doc
+
     async def start(self, timeout_s: float | None = None) -> Transaction:
-        if self._clustered:
-            raise NotInCluster(
-                "transactions are not served yet when several gateways share the store "
-                "(tmsgate serve --cluster): run a single gateway for transactions"
-            )
         timeout = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
         if not 0 < timeout <= MAX_TIMEOUT_S:
             raise ValueError(f"timeout must be between 0 and {MAX_TIMEOUT_S:g} seconds")
+        if self._forwarded():
+            doc = await self._ask("tx.start", {"timeoutS": timeout})
+            return decode_transaction(unb64(doc["tx"]))
         tx = await asyncio.wrap_future(self._manager.start_async(timeout))
         self._ended.labels("started").inc()
         return tx
@@ -138,8 +168,10 @@ class TransactionService:
     async def start_keyed(self, key: str, timeout_s: float | None = None) -> KeyedStart:
         """The transaction of ``key`` (see the module docstring)."""
         check_key(key)
-        if self._clustered:
-            await self.start()  # refused with the reason
+        if self._forwarded():  # the controller alone keeps one transaction per key
+            doc = await self._ask("tx.start_keyed", {"key": key, "timeoutS": timeout_s})
+            tx = decode_transaction(unb64(doc["tx"])) if doc.get("tx") else None
+            return KeyedStart(int(doc["wp"]), str(doc["state"]), tx)
         async with self._key_lock:
             raw = self._store.get_state(KEY_AREA, key)
             if raw is not None:
@@ -162,20 +194,21 @@ class TransactionService:
         return self._manager.snapshot()
 
     async def commit(self, wp: int) -> None:
+        if self._forwarded():
+            await self._ask("tx.commit", {"wp": wp})
+            return
         self._refuse_kafka(wp)
         await asyncio.wrap_future(self._manager.commit_async(wp))
         self._ended.labels("committed").inc()
 
     async def commit_publishing(self, wp: int, manifest: Manifest) -> None:
         """Commit after publishing only the listed stores (module docstring, steps 1-5)."""
+        if self._forwarded():
+            await self._ask("tx.commit_publishing", {"wp": wp, "publish": _manifest_doc(manifest)})
+            return
         self._refuse_kafka(wp)
         self._manager.decide(wp)  # 1; TransactionNotInProgress if it cannot commit
-        record = {
-            "wp": wp,
-            "publish": [
-                [t.namespace, t.topic, [_range_row(r) for r in ranges]] for t, ranges in manifest
-            ],
-        }
+        record = {"wp": wp, "publish": _manifest_doc(manifest)}
         key = f"{wp:020d}"
         await self._step("record")
         await asyncio.wrap_future(
@@ -189,8 +222,8 @@ class TransactionService:
             await self.before_step(name)
 
     async def _apply(self, wp: int, manifest: Manifest, key: str) -> None:
-        for i, (topic, ranges) in enumerate(manifest):  # 3
-            await asyncio.wrap_future(self._store.publish_kept_async(topic, wp, ranges))
+        for i, (topic, ranges) in enumerate(manifest):  # 3, where each topic is led
+            await self._partitions.publish_kept(topic, wp, ranges)
             if i == 0:
                 await self._step("publish")  # one topic's reference written, others not
         await self._step("commit")
@@ -207,10 +240,7 @@ class TransactionService:
         for key, raw in self._store.scan_state(COMMIT_AREA):
             record = json.loads(raw)
             wp = int(record["wp"])
-            manifest = [
-                (TopicId.stored(ns, name), [_range_of(wp, r) for r in rows])
-                for ns, name, rows in record["publish"]
-            ]
+            manifest = _manifest_of(wp, record["publish"])
             if self._manager.state(wp) != COMMITTED:
                 self._manager.decide(wp, recovering=True)
             log.warning("finishing the commit of write pointer %d decided before a restart", wp)
@@ -234,11 +264,17 @@ class TransactionService:
         return len(old)
 
     async def abort(self, wp: int) -> None:
+        if self._forwarded():
+            await self._ask("tx.abort", {"wp": wp})
+            return
         self._refuse_kafka(wp)
         await asyncio.wrap_future(self._manager.abort_async(wp))
         self._ended.labels("aborted").inc()
 
     async def invalidate(self, wp: int) -> None:
+        if self._forwarded():
+            await self._ask("tx.invalidate", {"wp": wp})
+            return
         if not await asyncio.wrap_future(self._manager.invalidate_async(wp)):
             raise TransactionNotInProgress(wp, self._manager.state(wp))
         self._ended.labels("invalidated").inc()
@@ -252,6 +288,12 @@ class TransactionService:
     # --- queries ---------------------------------------------------------------------------
     def state(self, wp: int) -> str:
         return self._manager.state(wp)
+
+    async def current_state(self, wp: int) -> str:
+        """state(), from the manager itself where this gateway's view may lag behind it."""
+        if self._forwarded():
+            return str((await self._ask("tx.state", {"wp": wp}))["state"])
+        return self.state(wp)
 
     def in_progress(self) -> dict[int, int]:
         """write pointer -> expiry (epoch ms)."""
@@ -269,11 +311,96 @@ class TransactionService:
     def decode(raw: bytes) -> Transaction:
         return decode_transaction(raw)
 
+    # --- several gateways ------------------------------------------------------------------
+    def snapshot_doc(self) -> Body:
+        """The manager's state for another gateway's view (``apply_snapshot``)."""
+        return {
+            "tx": b64(encode_transaction(self._manager.snapshot())),
+            "expiries": self._manager.in_progress(),
+        }
 
-def _range_row(r: StoredRange) -> list[int]:
-    return [r.start_ts, r.start_seq, r.end_ts, r.end_seq, r.count]
+    def apply_snapshot(self, doc: Body) -> None:
+        txm = self._manager
+        if isinstance(txm, SharedTransactions):
+            expiries = {int(wp): int(ms) for wp, ms in doc["expiries"].items()}
+            txm.apply(decode_transaction(unb64(doc["tx"])), expiries)
+
+    async def refresh_view(self) -> None:
+        """This gateway's view from the controller's manager (a follower, every few tens of
+        milliseconds: gateway/services.py)."""
+        if self._forwarded():
+            await self._ask("tx.snapshot", {})
+
+    def _call_handlers(self) -> dict[str, Callable[[Body], Awaitable[Body]]]:
+        """The ``tx.*`` cluster calls this service answers on the controller: each runs
+        the method another gateway's service was asked, and sends back the manager's
+        snapshot. A gateway that is not the controller any more refuses (its caller
+        finds the new one)."""
+
+        def answer(run: Callable[[Body], Awaitable[Body]]) -> Callable[[Body], Awaitable[Body]]:
+            async def handler(body: Body) -> Body:
+                self._manager_or_refuse()
+                out = await run(body)
+                out["snapshot"] = self.snapshot_doc()
+                return out
+
+            return handler
+
+        async def start(body: Body) -> Body:
+            return {"tx": b64(encode_transaction(await self.start(float(body["timeoutS"]))))}
+
+        async def start_keyed(body: Body) -> Body:
+            timeout = body.get("timeoutS")
+            keyed = await self.start_keyed(
+                str(body["key"]), None if timeout is None else float(timeout)
+            )
+            tx = b64(encode_transaction(keyed.tx)) if keyed.tx is not None else None
+            return {"wp": keyed.write_pointer, "state": keyed.state, "tx": tx}
+
+        async def commit(body: Body) -> Body:
+            await self.commit(int(body["wp"]))
+            return {}
+
+        async def commit_publishing(body: Body) -> Body:
+            wp = int(body["wp"])
+            await self.commit_publishing(wp, _manifest_of(wp, body["publish"]))
+            return {}
+
+        async def abort(body: Body) -> Body:
+            await self.abort(int(body["wp"]))
+            return {}
+
+        async def invalidate(body: Body) -> Body:
+            await self.invalidate(int(body["wp"]))
+            return {}
+
+        async def state(body: Body) -> Body:
+            return {"state": self.state(int(body["wp"]))}
+
+        async def snapshot(body: Body) -> Body:
+            return {}
+
+        calls = {
+            "start": start,
+            "start_keyed": start_keyed,
+            "commit": commit,
+            "commit_publishing": commit_publishing,
+            "abort": abort,
+            "invalidate": invalidate,
+            "state": state,
+            "snapshot": snapshot,
+        }
+        return {f"tx.{name}": answer(run) for name, run in calls.items()}
+
+    def _manager_or_refuse(self) -> None:
+        txm = self._manager
+        if isinstance(txm, SharedTransactions) and not txm.leading:
+            raise NotTransactionLeader("ask the controller (Metadata's controller id)")
 
 
-def _range_of(wp: int, row: Sequence[int]) -> StoredRange:
-    start_ts, start_seq, end_ts, end_seq, count = row
-    return StoredRange(wp, start_ts, start_seq, end_ts, end_seq, count)
+def _manifest_doc(manifest: Manifest) -> list[list[Any]]:
+    return [[t.namespace, t.topic, [range_row(r) for r in ranges]] for t, ranges in manifest]
+
+
+def _manifest_of(wp: int, doc: Sequence[Sequence[Any]]) -> Manifest:
+    return [(topic_of([ns, name]), [range_of(wp, r) for r in rows]) for ns, name, rows in doc]

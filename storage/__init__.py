@@ -34,6 +34,7 @@ from .ids import (
 )
 from .keys import MAX_PACKED_BYTES as KAFKA_BATCH_MAX_BYTES
 from .keys import MAX_PACKED_COUNT as KAFKA_BATCH_MAX_RECORDS
+from .shared_transactions import NotTransactionLeader, SharedTransactions
 from .store import Store, open_store
 from .transactions import (
     TX_PER_MS,
@@ -58,11 +59,13 @@ __all__ = [
     "MessageId",
     "MessageRow",
     "NotLeader",
+    "NotTransactionLeader",
     "OffsetGap",
     "OffsetOutOfRange",
     "PublishResult",
     "ReadResult",
     "RollbackDetail",
+    "SharedTransactions",
     "StateConflict",
     "StorageError",
     "Store",

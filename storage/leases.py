@@ -197,6 +197,18 @@ class LeaseTable:
             if self._backend.check_and_put(key, row, encode_lease("counter", n, 0, 1)):
                 return n
 
+    def shared_value(self, name: str, make: Callable[[], str]) -> str:
+        """A value every process of this store reads alike, written once by the first to
+        ask (``make()``; check-and-put against an absent row, so two first askers agree
+        on one): kept as a lease row's holder, never held."""
+        key = lease_key(name)
+        while True:
+            row = self._backend.get(key)
+            if row is not None:
+                return decode_lease(name, row).holder
+            if self._backend.check_and_put(key, None, encode_lease(make(), 1, 0, 1)):
+                continue  # read back what landed
+
     def _replace_ours(self, lease: Lease, new: bytes) -> bool:
         """Replace the lease's row with ``new`` if it is still ``lease``'s holder's with
         the same epoch: first against the row ``lease`` came from; if that changed, once

@@ -48,6 +48,7 @@ from .ids import (
 )
 from .janitor import Housekeeping, Janitor, run_cleanup
 from .leases import LeaseTable
+from .shared_transactions import NotTransactionLeader, SharedTransactions
 from .tables import Tables
 from .topics import (
     OpenTxRow,
@@ -147,8 +148,16 @@ class Store:
             intents.settle(backend)  # writes a crash left in part, before anything reads
         self._writer = Writer(backend, on_failure=self._reload)
         self._rows = RowAppender(self.tables, self._clock, self._made_visible)
-        self.transactions = TransactionManager(
-            self.tables.metadata, self._writer.mutate, self._clock, on_finish=self._tx_finished
+        # Shared: one gateway runs the cluster's transaction manager, the others keep a
+        # view of it (shared_transactions.py); the same queries answer either way.
+        self.transactions: TransactionManager | SharedTransactions = (
+            SharedTransactions(
+                self.tables.metadata, self._writer.submit, self._clock, self._tx_finished
+            )
+            if shared
+            else TransactionManager(
+                self.tables.metadata, self._writer.mutate, self._clock, self._tx_finished
+            )
         )
         self._housekeeping = Housekeeping(
             backend=backend,
@@ -363,6 +372,21 @@ class Store:
         ``follow`` so that no write of its own lands after the next leader has read."""
         self._check_open()
         self._writer.submit(lambda batch: None).result()
+
+    def lead_transactions(self, until_ms: int) -> bool:
+        """Shared: run the cluster's transaction manager until ``until_ms`` (the
+        controller's lease: gateway/cluster.py); -> True when it starts now, read afresh
+        from the rows. The caller synced the clock (``sync_clock``) when it took the lease."""
+        txm = self.transactions
+        if not isinstance(txm, SharedTransactions):
+            return False
+        return txm.lead(until_ms)
+
+    def follow_transactions(self) -> None:
+        """Shared: stop running the transaction manager (the lease went elsewhere)."""
+        txm = self.transactions
+        if isinstance(txm, SharedTransactions):
+            txm.follow()
 
     def lead_epoch(self, topic: TopicId) -> int:
         """How often this process took or gave up ``topic`` (0 unless the store is shared):
@@ -1093,12 +1117,25 @@ class Store:
         self._check_open()
         return self.transactions.start_queued(timeout_s, lambda wp: _state_mutations(states_of(wp)))
 
-    def put_states_async(self, updates: StateUpdates) -> Future[object]:
+    def put_states_async(
+        self, updates: StateUpdates, fence: Callable[[], bool] | None = None
+    ) -> Future[object]:
         """Queue the updates for the next durable batch; the future resolves once they are
         on disk. Writes queued one after another from one thread reach the disk in that
-        order (the writer is first in, first out)."""
+        order (the writer is first in, first out). ``fence``: asked on the writer right
+        before the rows join a batch; False refuses them (NotTransactionLeader): the rows
+        of a role held by lease (the cluster's transaction coordinator's records)."""
         self._check_open()
-        return self._writer.mutate(_state_mutations(updates))
+        mutations = _state_mutations(updates)
+        if fence is None:
+            return self._writer.mutate(mutations)
+
+        def op(batch: Batch) -> None:
+            if not fence():
+                raise NotTransactionLeader("its lease ran out before the write")
+            batch.mutations.extend(mutations)
+
+        return self._writer.submit(op)
 
     def sync_clock(self) -> None:
         """Order this process's later writes after every earlier write to the store by any

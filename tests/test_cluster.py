@@ -470,8 +470,8 @@ def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, dict[int
 
 def test_http_writes_go_to_the_leader_reads_anywhere(table: str) -> None:
     """The HTTP API of two clustered gateways: a publish to a topic led elsewhere is 421
-    naming the leader's URL; the leader takes it; a poll is served by either; transactions
-    are 501 (not served with several gateways yet)."""
+    naming the leader's URL; the leader takes it; a poll is served by either; a transaction
+    is started, committed and read on either."""
     import httpx
     from gateway_harness import GatewayThread
     from tmsgate.gateway.kafka import GatewayConfig
@@ -512,8 +512,37 @@ def test_http_writes_go_to_the_leader_reads_anywhere(table: str) -> None:
             )
             assert resp.status_code == 200, resp.text
             assert [p for _, p in JSON.decode_messages(resp.content)] == [b"m1", b"m2"]
-        tx = httpx.post(leader.http_url + "/v1/transactions", content=b"{}", timeout=30)
-        assert tx.status_code == 501 and tx.json()["error"] == "not_in_cluster", tx.text
+        # Transactions on either gateway: the controller runs the manager, the other
+        # sends it each transition (gateway/cluster_calls.py). Started on one, published
+        # on the leader with the write pointer, committed on the other.
+        ctl = next(gw for gw in gws if gw.services.cluster.is_controller)
+        away = next(gw for gw in gws if gw is not ctl)
+        for starter, committer in ((away, ctl), (ctl, away)):
+            tx = httpx.post(starter.http_url + "/v1/transactions", content=b"{}", timeout=30)
+            assert tx.status_code == 200, tx.text
+            wp = tx.json()["writePointer"]
+            body = JSON.encode_publish_request(PublishRequest(wp, [b"t" + str(wp).encode()]))
+            assert httpx.post(leader.http_url + path, content=body, timeout=30).is_success
+            done = httpx.post(f"{committer.http_url}/v1/transactions/{wp}/commit", timeout=30)
+            assert done.status_code == 200, done.text
+            state = httpx.get(f"{starter.http_url}/v1/transactions/{wp}", timeout=30)
+            assert state.json()["state"] == "committed", state.text
+        again = httpx.post(f"{away.http_url}/v1/transactions/{wp}/commit", timeout=30)
+        assert again.status_code == 409 and again.json()["state"] == "committed", again.text
+        # Both commits read everywhere, once each gateway's view has them (a snapshot of
+        # the manager at most VIEW_REFRESH_S old, or an answer of the controller).
+        deadline = time.monotonic() + 30
+        for gw in gws:
+            while True:
+                resp = httpx.post(
+                    gw.http_url + "/v1/namespaces/default/topics/h/poll", content=poll, timeout=30
+                )
+                got = [p for _, p in JSON.decode_messages(resp.content)]
+                if len(got) == 4:
+                    break
+                assert time.monotonic() < deadline, got
+                time.sleep(0.05)
+            assert got[:2] == [b"m1", b"m2"] and all(p.startswith(b"t") for p in got[2:])
     finally:
         for gw in gws:
             gw.stop()
@@ -528,8 +557,9 @@ def test_a_takeover_orders_hbase_cells_after_the_previous_writer(hbase_standin: 
     takeover first moves the taker's clock past every bound (Backend.sync_clock)."""
     import uuid
 
-    # Two processes' pools on one Thrift server: a real HBase's has 16 worker threads by
-    # default, one per open connection (docs/hbase.md), and a default pool takes all 16.
+    # Two processes' pools on one Thrift server, which serves 16 connections at once by
+    # default (hbase.thrift.minWorkerThreads; the stand-in too; docs/hbase.md): sized by
+    # pool_size, 2 x 4 of them.
     url = f"hbase://{hbase_standin}/t{uuid.uuid4().hex[:12]}?pool_size=4"
     older = open_backend(url)
     key = keys.state_key("kafka.producer", "default:t/1/7")

@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from .access import Access
 from .apidocs import ApiDocs
+from .cluster_area import ClusterCallHandlers
 from .config import HttpConfig
 from .console import ConsoleHandlers
 from .errors import error_response, json_response
@@ -50,6 +51,7 @@ AREAS = (
     TransactionHandlers,
     Probes,
     ConsoleHandlers,
+    ClusterCallHandlers,
 )
 
 

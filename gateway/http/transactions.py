@@ -200,7 +200,7 @@ class TransactionHandlers:
 
     async def transaction_state(self, request: Request) -> Response:
         wp = write_pointer_of(request.path_params["wp"])
-        return json_response({"writePointer": wp, "state": self.tx.state(wp)})
+        return json_response({"writePointer": wp, "state": await self.tx.current_state(wp)})
 
     async def commit(self, request: Request) -> Response:
         wp = write_pointer_of(request.path_params["wp"])

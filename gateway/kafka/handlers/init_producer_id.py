@@ -36,10 +36,6 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         return _refused(ctx, ErrorCode.INVALID_REQUEST)
     if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return _refused(ctx, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if ctx.broker.cluster is not None:
-        # Several gateways: no transactions yet (docs/compatibility.md); clients stop
-        # with an error instead of retrying for ever.
-        return _refused(ctx, ErrorCode.UNSUPPORTED_VERSION)
     v3 = ctx.version >= 3
     try:
         pid, epoch = await ctx.broker.txns.init_producer(

@@ -19,6 +19,10 @@ _KNOWN_STATES = {s.value for s in TxnState} | {"Dead", "PrepareEpochFence"}
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     txns = ctx.broker.txns
+    if not txns.coordinates:  # several gateways: the controller lists them all
+        return ctx.response(
+            throttle_time_ms=0, error_code=0, unknown_state_filters=[], transaction_states=[]
+        )
     try:
         await txns.ready()
     except TxnError as exc:

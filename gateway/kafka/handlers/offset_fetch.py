@@ -58,7 +58,7 @@ _UNSTABLE = FetchedOffset(error=ErrorCode.UNSTABLE_OFFSET_COMMIT)
 async def _stable_only(ctx: RequestContext, group_id: str, fetched: Fetched) -> Fetched:
     """require_stable (v7+): partitions whose offsets an open Kafka transaction will
     commit get UNSTABLE_OFFSET_COMMIT (retriable) instead of the offset before it."""
-    unstable = ctx.broker.txns.unstable_offsets(group_id)
+    unstable = ctx.broker.txns.unstable_anywhere(group_id)
     if not unstable:
         return fetched
     return [
@@ -70,9 +70,7 @@ async def _stable_only(ctx: RequestContext, group_id: str, fetched: Fetched) -> 
 _DENIED_TOPIC = FetchedOffset(error=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
 
-async def _fetch(
-    ctx: RequestContext, group_id: str, topics: Any
-) -> tuple[ErrorCode, Fetched]:
+async def _fetch(ctx: RequestContext, group_id: str, topics: Any) -> tuple[ErrorCode, Fetched]:
     """The group's committed offsets, as the principal may see them (Kafka): without
     Describe on the group, GROUP_AUTHORIZATION_FAILED; a topic it may not describe is
     left out of an all-topics answer, and named gets TOPIC_AUTHORIZATION_FAILED."""

@@ -326,17 +326,29 @@ async def _prepare_transactional(
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
             "transactional records need the request's transactional id",
         )
+    txns = broker.txns
+    here = txns.coordinates
     try:
-        await broker.txns.ready()
+        if here:
+            await txns.ready()
+            remote_wp = None
+        else:  # several gateways: the coordinator's record says (before any await below)
+            remote_wp = await txns.write_pointer_from_store(
+                tid, batch.producer_id, batch.producer_epoch, info.id.topic
+            )
     except TxnError as exc:
         return _fail(exc.code, str(exc))
     key = broker.producers.key(info, batch.producer_id)
     entry = await broker.producers.entry(key, info.id)
     # No await from here to store_async: EndTxn must not come between the check that the
-    # transaction is open and the write (it would not count these records).
+    # transaction is open and the write (it would not count these records). Elsewhere
+    # than on the coordinator, a commit's seal on this partition comes after this write
+    # (the writer is first in, first out) or refuses it (the reference is written).
     try:
-        wp = broker.txns.write_pointer_for(
-            tid, batch.producer_id, batch.producer_epoch, info.id.topic
+        wp = (
+            txns.write_pointer_for(tid, batch.producer_id, batch.producer_epoch, info.id.topic)
+            if remote_wp is None
+            else remote_wp
         )
     except TxnError as exc:
         return _fail(exc.code, str(exc))
@@ -363,8 +375,14 @@ async def _prepare_transactional(
     # answered once all of it is on disk. If the write fails, the commit is refused
     # (TransactionManager.spoil): EndTxn aborts the transaction and fences the producer.
     # Up to MAX_UNWRITTEN_TXN_BYTES queued; past that, the Produce waits for its write.
+    # Several gateways: answered once durable, always. The commit is decided by the
+    # controller, which cannot wait for this gateway's writer: an answered Produce must
+    # be on disk before the producer's EndTxn can reach it.
     producers = broker.producers
-    early = producers.unwritten_txn_bytes + batch.size <= MAX_UNWRITTEN_TXN_BYTES
+    early = (
+        broker.cluster is None
+        and producers.unwritten_txn_bytes + batch.size <= MAX_UNWRITTEN_TXN_BYTES
+    )
     held = batch.size if early else 0
     producers.unwritten_txn_bytes += held
     loop = asyncio.get_running_loop()

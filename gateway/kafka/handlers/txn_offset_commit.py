@@ -41,7 +41,8 @@ async def _codes(ctx: RequestContext, req: Any, items: list[OffsetCommit]) -> di
     v = ctx.version
     try:
         await broker.groups.ready(req.group_id)
-        await broker.txns.ready()
+        if broker.txns.coordinates:  # else the controller, asked below
+            await broker.txns.ready()
     except Exception as exc:
         return dict.fromkeys(((i.topic, i.partition) for i in items), getattr(exc, "code", 15))
     if v >= 3:
@@ -53,18 +54,21 @@ async def _codes(ctx: RequestContext, req: Any, items: list[OffsetCommit]) -> di
     offsets = broker.groups.offsets
     topics = await offsets.topics(i.topic for i in items)
     codes: dict[Any, int] = dict(await offsets.check(items, topics))
-    # No await from here on: the transaction must not end between the check and the put.
+    # Single gateway: no await from here on (add_offsets_anywhere awaits nothing then),
+    # so the transaction cannot end between its check and the put. Several: the
+    # controller checks and puts in one step.
+    adds = {
+        (i.topic, i.partition): PendingOffset(i.offset, i.leader_epoch, i.metadata or "")
+        for i in items
+        if (i.topic, i.partition) not in codes
+    }
     try:
-        pending = broker.txns.pending_offsets(
-            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
+        await broker.txns.add_offsets_anywhere(
+            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id, adds
         )
     except TxnError as exc:
         return dict.fromkeys(((i.topic, i.partition) for i in items), for_version(exc.code, v, 3))
-    for i in items:
-        tp = (i.topic, i.partition)
-        if tp not in codes:
-            pending[tp] = PendingOffset(i.offset, i.leader_epoch, i.metadata or "")
-            codes[tp] = ErrorCode.NONE
+    codes.update(dict.fromkeys(adds, ErrorCode.NONE))
     return codes
 
 

@@ -24,6 +24,16 @@ A fresh commit writes steps 2-4 as one write (Store.commit_sealed_async: one fsy
 instead of three in a row), whose phases keep that order where the backend is atomic
 per row only; a write that lands in part leaves what a stop between those steps leaves,
 and a retried EndTxn or a restart takes them one by one.
+
+Several gateways (``--cluster``): the controller coordinates every transactional id
+(gateway/cluster_calls.py says why one), since it runs the transaction manager; the
+others answer NOT_COORDINATOR and FindCoordinator names it. Step 3 runs on each
+partition's leader (gateway/partition_work.py), step 5 on each group's coordinator, and
+the records' rows are written only while the controller's lease lasts (fenced). A
+partition led elsewhere learns a transaction's write pointer from its record in the
+store (``write_pointer_from_store``), which therefore lists every partition added. A new
+controller loads the records as a restart does: it finishes recorded commits and aborts
+the open transactions, fencing their producers.
 """
 
 from __future__ import annotations
@@ -42,9 +52,11 @@ from tmsgate.protocol import ErrorCode
 from tmsgate.storage import StorageError, TopicId, TopicNotFound, TransactionNotInProgress
 from tmsgate.storage.transactions import COMMITTED, INCOMPLETE
 
+from ...partition_work import PartitionWork
 from ..groups import GroupError
 from ..loading import loaded
 from ..store_futures import on_loop
+from .links import ClusterLinks
 from .model import (
     TXN_AREA,
     CorruptTxnRecord,
@@ -57,6 +69,7 @@ from .model import (
 )
 
 if TYPE_CHECKING:
+    from ...cluster_calls import ClusterCalls
     from ..broker import Broker
 
 log = logging.getLogger("tmsgate.kafka.txn")
@@ -114,6 +127,11 @@ def _discarded(fut: Future[int]) -> None:
         log.warning("freeing an aborted transaction's records failed: %s", exc)
 
 
+def _discarded_elsewhere(task: asyncio.Future[int]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.info("freeing an aborted transaction's records elsewhere failed: %s", task.exception())
+
+
 class _Turn:
     """TxnCoordinator._turn: a class, not an asynccontextmanager, which costs three times
     as much, twice in every transaction."""
@@ -167,13 +185,48 @@ class TxnCoordinator:
         # Steps 2-4 one durable write each, as a replay runs them, instead of one write
         # for all three: what a write landing in part leaves (faults.py stops between).
         self.stepwise = False
+        # Several gateways (attach_cluster): where each step runs, and the rows' fence.
+        self._links: ClusterLinks | None = None
+        self._partitions = PartitionWork(self.store)
+        self._fence: Callable[[], bool] | None = None
+
+    def attach_cluster(self, calls: ClusterCalls, partitions: PartitionWork) -> None:
+        """Several gateways: steps run where their partition or group is, the records are
+        written only while this gateway is the controller (links.py)."""
+        self._links = ClusterLinks(self, calls)
+        self._partitions = partitions
+        self._fence = calls.cluster.may_write_as_controller
+
+    @property
+    def coordinates(self) -> bool:
+        """Does this gateway coordinate transactional ids now (always, alone)."""
+        return self._links is None or self._links.cluster.is_controller
+
+    def reset(self) -> None:
+        """The controller's role came or went: forget every record (a new controller
+        loads them afresh at its first request, or at once: services.py)."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        self._by_id.clear()
+        self._by_pid.clear()
+        self._by_wp.clear()
+        self._unwritten.clear()
+        self._loading = None
 
     # --- life cycle ------------------------------------------------------------------------
     async def ready(self) -> None:
         """Load the records once, finishing decided commits and aborting open transactions
         (the gateway's start-up awaits this before it listens)."""
-        if loaded(self._loading):
+        if loaded(self._loading) and self._links is None:
             return  # every request after the start: no shield to build
+        if not self.coordinates:
+            raise TxnError(
+                E.NOT_COORDINATOR,
+                "transactional ids are coordinated by the controller (FindCoordinator)",
+            )
+        if loaded(self._loading):
+            return
         if self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(self._load())
         try:
@@ -264,7 +317,7 @@ class TxnCoordinator:
         """Queue the record's durable write now (from the event loop, so the writes of one
         transactional id reach the disk in the order they were queued)."""
         self._unwritten.pop(rec.transactional_id, None)  # this write replaces that one
-        return self.store.put_states_async(self._record_row(rec))
+        return self.store.put_states_async(self._record_row(rec), self._fence)
 
     def _complete(self, rec: TxnRecord) -> None:
         """Write a committed transaction's CompleteCommit row soon, not now: the commit is
@@ -288,7 +341,7 @@ class TxnCoordinator:
         for rec in self._unwritten.values():
             rows.update(self._record_row(rec))
         self._unwritten.clear()
-        written = self.store.put_states_async(rows)
+        written = self.store.put_states_async(rows, self._fence)
         written.add_done_callback(self._log_failed_write)
         return written
 
@@ -338,7 +391,7 @@ class TxnCoordinator:
                 try:
                     await self._apply_commit(rec, replay=False)
                 except _Undecided:  # never decided after all: aborted below
-                    rec.state = TxnState.ONGOING
+                    rec.move(TxnState.ONGOING)
             if rec.state.is_open:
                 await self._abort(rec, fence=False)
             await self._bump(rec, own=producer_id >= 0)
@@ -451,7 +504,12 @@ class TxnCoordinator:
             if any(codes.values()):
                 return {tp: c or E.OPERATION_NOT_ATTEMPTED for tp, c in codes.items()}
             await self._begin(rec)
+            added = stored - rec.topics
             rec.topics.update(stored)
+            if added and self._links is not None:
+                # Several gateways: the partitions' leaders read the record to take the
+                # transaction's records (write_pointer_from_store), so it names them all.
+                await self._persist(rec)
             return codes
 
     async def add_offsets(
@@ -514,6 +572,43 @@ class TxnCoordinator:
             )
         return rec.write_pointer
 
+    async def write_pointer_from_store(
+        self, transactional_id: str, producer_id: int, epoch: int, topic: str
+    ) -> int:
+        """write_pointer_for on a partition's leader that is not the controller (several
+        gateways): from the transactional id's record (links.py)."""
+        assert self._links is not None
+        return await self._links.write_pointer_from_store(
+            transactional_id, producer_id, epoch, topic, _row_name(transactional_id)
+        )
+
+    async def add_offsets_anywhere(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: dict[TopicPartition, PendingOffset],
+    ) -> None:
+        """TxnOffsetCommit's offsets into the transaction (pending_offsets), on the
+        controller when this gateway is another one (the group's coordinator)."""
+        if self._links is None or self.coordinates:
+            await self.ready()
+            self.pending_offsets(transactional_id, producer_id, epoch, group_id).update(offsets)
+            return
+        await self._links.send_offsets(transactional_id, producer_id, epoch, group_id, offsets)
+
+    def offsets_ended(self, group_id: str, transactional_id: str) -> None:
+        if self._links is not None:
+            self._links.offsets_ended(group_id, transactional_id)
+
+    def unstable_anywhere(self, group_id: str) -> set[TopicPartition]:
+        """unstable_offsets; on a group coordinator that is not the controller, the
+        offsets it sent to transactions still open (links.py)."""
+        if self._links is None or self.coordinates:
+            return self.unstable_offsets(group_id)
+        return self._links.unstable(group_id)
+
     # --- EndTxn -----------------------------------------------------------------------------
     async def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
         await self.ready()
@@ -537,7 +632,8 @@ class TxnCoordinator:
             if not commit:
                 await self._abort(rec, fence=False)
                 return
-            rec.state, rec.decided_ms = TxnState.PREPARE_COMMIT, self.store.now_ms()
+            rec.move(TxnState.PREPARE_COMMIT)
+            rec.decided_ms = self.store.now_ms()
             await self._commit_or_abort(rec, whole=not self.stepwise)
 
     async def _commit_or_abort(self, rec: TxnRecord, whole: bool) -> None:
@@ -547,7 +643,7 @@ class TxnCoordinator:
         try:
             await self._apply_commit(rec, replay=False, whole=whole)
         except _Undecided as exc:
-            rec.state = TxnState.ONGOING
+            rec.move(TxnState.ONGOING)
             await self._abort(rec, fence=True)
             failed = exc.state == INCOMPLETE
             self._ended.labels("failed" if failed else "timed_out").inc()
@@ -573,6 +669,10 @@ class TxnCoordinator:
         storage error the record stays PrepareCommit (a retried EndTxn, or the next start,
         carries on) and the client is told to retry."""
         wp = rec.write_pointer
+        if whole and self._links is not None:
+            # One write only where every partition is led here: elsewhere the leaders
+            # seal theirs (step 3 as calls), after the decision (step 2) is durable.
+            whole = all(self.store.leads(self._topic_id(t)) for t in rec.topics)
         try:
             if not replay and not whole:
                 await self._decide(wp)
@@ -603,20 +703,16 @@ class TxnCoordinator:
                 except TransactionNotInProgress as exc:
                     if exc.state != COMMITTED:  # committed: a replay after this step
                         raise
+            self._partitions.tell_ended([self._topic_id(t) for t in rec.topics], wp, True)
             await self._step("offsets")
             for group_id, offsets in sorted(rec.offsets.items()):
-                await self.broker.groups.commit_transactional(
-                    group_id,
-                    {tp: (o.offset, o.leader_epoch, o.metadata) for tp, o in offsets.items()},
-                    rec.decided_ms,
-                    replay,
-                )
+                await self._commit_offsets(rec, group_id, offsets, replay)
             await self._step("complete")
             records = sum(referenced)
             rec.clear_transaction(TxnState.COMPLETE_COMMIT, self.store.now_ms())
             self._complete(rec)
             self._by_wp.pop(wp, None)
-        except (StorageError, OSError, GroupError) as exc:
+        except (StorageError, OSError, GroupError, TxnError) as exc:
             log.error(
                 "commit of %r (write pointer %d) stopped: %s; it is finished by a retried "
                 "EndTxn or at the next start",
@@ -627,6 +723,20 @@ class TxnCoordinator:
             raise TxnError(E.COORDINATOR_NOT_AVAILABLE, f"commit not finished: {exc}") from exc
         self._committed.inc()
         log.debug("committed %r wp=%d: %d records", rec.transactional_id, wp, records)
+
+    async def _commit_offsets(
+        self,
+        rec: TxnRecord,
+        group_id: str,
+        offsets: dict[TopicPartition, PendingOffset],
+        replay: bool,
+    ) -> None:
+        """Step 5 for one group, on the group's coordinator (here, or elsewhere)."""
+        plain = {tp: (o.offset, o.leader_epoch, o.metadata) for tp, o in offsets.items()}
+        if self._links is None or self._links.serves_group(group_id):
+            await self.broker.groups.commit_transactional(group_id, plain, rec.decided_ms, replay)
+        else:
+            await self._links.commit_offsets(rec, group_id, plain, replay)
 
     async def _decide(self, wp: int) -> None:
         try:
@@ -647,7 +757,7 @@ class TxnCoordinator:
     async def _reference(self, topic: str, wp: int) -> int:
         tid = self._topic_id(topic)
         try:
-            return await on_loop(self.store.publish_sealed_async(tid, wp))
+            return await self._partitions.seal(tid, wp)
         except TopicNotFound:
             log.warning("transaction %d: topic %r was deleted before the commit", wp, topic)
             return 0
@@ -663,7 +773,13 @@ class TxnCoordinator:
                 await on_loop(self.store.transactions.abort_async(wp))
             for topic in topics:  # its records can never be read: free their space now
                 tid = self._topic_id(topic)
-                self.store.discard_payloads_async(tid, wp).add_done_callback(_discarded)
+                if self._links is None or self.store.leads(tid):
+                    self.store.discard_payloads_async(tid, wp).add_done_callback(_discarded)
+                else:  # on its leader; if that fails, the leader's janitor frees them
+                    task = asyncio.ensure_future(self._partitions.discard(tid, wp))
+                    task.add_done_callback(_discarded_elsewhere)
+        if self._links is not None and rec.groups:
+            self._links.tell_groups_ended(rec)
         if fence:
             await self._bump(rec)
         rec.clear_transaction(TxnState.COMPLETE_ABORT, self.store.now_ms())
@@ -710,7 +826,8 @@ class TxnCoordinator:
                 if now - rec.updated_ms <= limit:
                     continue
                 self._unwritten.pop(tid, None)
-                await on_loop(self.store.put_states_async({(TXN_AREA, _row_name(tid)): None}))
+                gone = {(TXN_AREA, _row_name(tid)): None}
+                await on_loop(self.store.put_states_async(gone, self._fence))
                 del self._by_id[tid]
                 if self._by_pid.get(rec.producer_id) is rec:
                     del self._by_pid[rec.producer_id]

@@ -46,6 +46,27 @@ class TxnState(enum.Enum):
         return self in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 
 
+# The states a record may move to from each: Kafka's transaction state machine
+# (TransactionState's valid previous states, read forwards) as tmsgate runs it. An abort
+# is one step here (no marker to write on every leader first), so PrepareAbort is never
+# entered; a commit that could not be decided (timed out, a store failed) goes back to
+# Ongoing to be aborted; a recorded commit found impossible at recovery is dropped.
+TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
+    TxnState.EMPTY: frozenset({TxnState.EMPTY, TxnState.ONGOING}),
+    TxnState.ONGOING: frozenset({TxnState.PREPARE_COMMIT, TxnState.COMPLETE_ABORT}),
+    TxnState.PREPARE_COMMIT: frozenset(
+        {TxnState.COMPLETE_COMMIT, TxnState.ONGOING, TxnState.COMPLETE_ABORT}
+    ),
+    TxnState.PREPARE_ABORT: frozenset({TxnState.COMPLETE_ABORT}),
+    TxnState.COMPLETE_COMMIT: frozenset({TxnState.EMPTY, TxnState.ONGOING}),
+    TxnState.COMPLETE_ABORT: frozenset({TxnState.EMPTY, TxnState.ONGOING}),
+}
+
+
+class InvalidTransition(RuntimeError):
+    """A move the transition table does not allow: a bug, never a client's doing."""
+
+
 @dataclass(frozen=True, slots=True)
 class PendingOffset:
     """An offset sent by TxnOffsetCommit: committed to its group with the transaction."""
@@ -73,8 +94,17 @@ class TxnRecord:
     # get that answer retries naming it, and gets the same answer again (KIP-360).
     previous: tuple[int, int] = (-1, -1)
 
-    def clear_transaction(self, state: TxnState, now_ms: int) -> None:
+    def move(self, state: TxnState) -> None:
+        """To ``state``, as TRANSITIONS allows (InvalidTransition otherwise)."""
+        if state not in TRANSITIONS[self.state]:
+            raise InvalidTransition(
+                f"transactional id {self.transactional_id!r}: {self.state.value} -> {state.value}"
+            )
         self.state = state
+
+    def clear_transaction(self, state: TxnState, now_ms: int) -> None:
+        """Move to ``state`` with no transaction open (its pointer, topics, offsets gone)."""
+        self.move(state)
         self.write_pointer = 0
         self.started_ms = self.decided_ms = -1
         self.topics, self.groups, self.offsets = set(), set(), {}

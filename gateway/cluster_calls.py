@@ -1,0 +1,208 @@
+"""Calls between the gateways of a cluster (``--cluster``), over their HTTP listeners.
+
+A transaction spans gateways: its write pointer comes from the cluster's transaction
+manager (the controller: storage/shared_transactions.py), its records are stored by each
+partition's leader, its group offsets belong to each group's coordinator. Kafka's brokers
+talk to each other for the same reasons (WriteTxnMarkers, the coordinators' forwarding);
+tmsgate's gateways do it with one small JSON call, ``POST /internal/v1/cluster/{name}``
+on the HTTP listener each gateway already announces in its lease (gateway/cluster.py).
+
+Why one coordinator for every transactional id (the controller) rather than Kafka's 50
+slots: every step of a Kafka transaction (start, decide, commit, abort) is a transition
+of the one transaction manager, which the controller runs; a coordinator elsewhere would
+add a call per step and take no load off it. The leases, the fence and the takeover are
+the controller's, and a takeover finishes every recorded commit and aborts the rest, as a
+restart does (gateway/kafka/txn/coordinator.py).
+
+The calls, by where they run:
+
+- on the controller: ``tx.*`` (the TMS transaction service, gateway/transactions.py, and
+  the manager's snapshot for the others' views), ``txn.offsets`` (TxnOffsetCommit's
+  offsets, kept in the Kafka transaction's record until EndTxn), ``txn.unstable``;
+- on a partition's leader: ``partition.seal``, ``partition.publish_kept``,
+  ``partition.discard`` (a commit's or an abort's part on one partition, each idempotent),
+  and ``tx.ended`` (a commit's notice, so read_committed readers need not wait for the
+  next snapshot);
+- on a group's coordinator: ``group.commit_txn`` (a Kafka transaction's offsets).
+
+Each call shows the cluster's secret (Cluster.shared_secret: a row of the store, so only
+a process that can read the store can call). A refusal comes back as the same error the
+callee raised (``ClusterCallRefused.rebuild``); a gateway that does not answer is
+``PeerUnavailable``, a StorageError: Kafka clients get a retriable code, HTTP clients 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+from tmsgate.storage import (
+    InvalidTransaction,
+    NotLeader,
+    NotTransactionLeader,
+    TopicId,
+    TopicNotFound,
+    TransactionNotInProgress,
+)
+
+from .cluster import Cluster, Node
+from .errors import ClusterCallRefused, PeerUnavailable, TransactionOwned
+
+log = logging.getLogger("tmsgate.cluster.calls")
+
+PATH = "/internal/v1/cluster/"
+SECRET_HEADER = "x-tmsgate-cluster"
+CALL_TIMEOUT_S = 15.0  # a commit's part may wait behind a busy writer; well under Kafka's
+Body = dict[str, Any]
+Handler = Callable[[Body], Awaitable[Body]]
+
+
+def rebuild(refused: ClusterCallRefused) -> Exception:
+    """The error the other gateway raised, as far as its answer says."""
+    body, kind, message = refused.body, refused.kind, str(refused.body.get("message", ""))
+    if kind == "transaction_conflict":
+        return TransactionNotInProgress(int(body["writePointer"]), str(body["state"]))
+    if kind == "transaction_owned":
+        return TransactionOwned(int(body["writePointer"]), str(body["kafkaTransactionalId"]))
+    if kind == "topic_not_found":
+        gone = TopicNotFound(body.get("topic", "?"))
+        gone.args = (message,)
+        return gone
+    if kind == "invalid_transaction":
+        return InvalidTransaction(message)
+    if kind == "transaction_manager_moving":
+        return NotTransactionLeader(message)
+    if kind in ("bad_request", "invalid_name") and refused.status == 400:
+        return ValueError(message)
+    return refused
+
+
+def topic_of(doc: list[str]) -> TopicId:
+    namespace, name = doc
+    return TopicId.stored(namespace, name)
+
+
+def topic_doc(topic: TopicId) -> list[str]:
+    return [topic.namespace, topic.topic]
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def unb64(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)
+
+
+class ClusterCalls:
+    """This gateway's end of the cluster calls: making them (``call``, ``to_controller``,
+    ``to_leader``, ``to_group``) and answering them (``handle``, with the handlers each
+    service registers)."""
+
+    def __init__(self, cluster: Cluster, *, verify: bool | str = True) -> None:
+        self.cluster = cluster
+        self._verify = verify
+        self._secret: str | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._handlers: dict[str, Handler] = {}
+        self.calls_made = 0
+
+    async def start(self, run: Callable[..., Awaitable[Any]]) -> None:
+        """Read (or make) the cluster's secret: before this gateway takes any role."""
+        self._secret = await run(self.cluster.shared_secret)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def register(self, name: str, handler: Handler) -> None:
+        if name in self._handlers:
+            raise ValueError(f"two handlers for cluster call {name!r}")
+        self._handlers[name] = handler
+
+    # --- answering ---------------------------------------------------------------------------
+    def authentic(self, shown: str | None) -> bool:
+        secret = self._secret
+        return secret is not None and shown is not None and hmac.compare_digest(shown, secret)
+
+    def knows(self, name: str) -> bool:
+        return name in self._handlers
+
+    async def handle(self, name: str, body: Body) -> Body:
+        handler = self._handlers.get(name)
+        if handler is None:
+            raise LookupError(f"no cluster call {name!r}")
+        return await handler(body)
+
+    # --- calling -----------------------------------------------------------------------------
+    async def call(self, node: Node | None, name: str, body: Body, role: str) -> Body:
+        """``name`` on ``node`` (which holds ``role``: for the messages)."""
+        if node is None:
+            raise PeerUnavailable(f"no live gateway is the {role} now; try again shortly")
+        if not node.http_url:
+            raise PeerUnavailable(
+                f"gateway {node.node_id} ({role}) has no HTTP listener: a cluster's "
+                "gateways reach each other over it (serve --http-listen)"
+            )
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=CALL_TIMEOUT_S, verify=self._verify)
+        self.calls_made += 1
+        try:
+            answer = await self._client.post(
+                node.http_url + PATH + name,
+                json=body,
+                headers={SECRET_HEADER: self._secret or ""},
+            )
+        except (httpx.HTTPError, OSError) as exc:
+            raise PeerUnavailable(
+                f"gateway {node.node_id} ({role}, {node.http_url}) did not answer {name}: {exc}"
+            ) from exc
+        try:
+            doc = answer.json()
+        except ValueError:
+            doc = {"message": answer.text[:200]}
+        if answer.status_code != 200:
+            raise rebuild(ClusterCallRefused(name, answer.status_code, doc))
+        return doc if isinstance(doc, dict) else {}
+
+    async def to_controller(self, name: str, body: Body) -> Body:
+        return await self.call(self.cluster.controller(), name, body, "controller")
+
+    async def to_leader(self, topic: TopicId, name: str, body: Body) -> Body:
+        node = self.cluster.leader(topic)
+        if node is None:
+            raise NotLeader(topic, "no live gateway leads it now; try again shortly")
+        return await self.call(node, name, body, f"leader of {topic}")
+
+    async def to_group(self, group_id: str, name: str, body: Body) -> Body:
+        node = self.cluster.group_coordinator(group_id)
+        return await self.call(node, name, body, f"coordinator of group {group_id!r}")
+
+    def tell(self, nodes: list[Node], name: str, body: Body) -> None:
+        """``name`` on each of ``nodes``, not awaited: a notice whose loss only delays
+        (a failure is logged at debug level)."""
+        for node in nodes:
+            task = asyncio.get_running_loop().create_task(self.call(node, name, body, "peer"))
+            task.add_done_callback(_log_notice)
+
+
+def _log_notice(task: asyncio.Task[Body]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("a cluster notice was not delivered: %s", task.exception())
+
+
+__all__ = [
+    "ClusterCallRefused",
+    "ClusterCalls",
+    "PeerUnavailable",
+    "b64",
+    "topic_doc",
+    "topic_of",
+    "unb64",
+]
