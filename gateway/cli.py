@@ -213,6 +213,7 @@ def _serve_config(args: argparse.Namespace) -> object:
             tls_cert=args.http_tls_cert,
             tls_key=args.http_tls_key,
             auth_required=args.http_auth == "required",
+            advertised_url=_http_url(args.http_advertised),
         )
         if bool(args.http_tls_cert) != bool(args.http_tls_key):
             raise SystemExit("--http-tls-cert and --http-tls-key go together")
@@ -290,3 +291,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _http_url(url: str | None) -> str | None:
+    """--http-advertised: an http(s) URL with a host, no path (its trailing / dropped)."""
+    if not url:
+        return None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/"):
+        raise SystemExit(
+            f"--http-advertised {url!r}: an http:// or https:// URL with a host and no path"
+        )
+    return url.rstrip("/")

@@ -172,6 +172,15 @@ def _listeners(s: argparse.ArgumentParser) -> None:
         DEFAULT_HTTP_LISTEN,
         "host:port of the TMS HTTP API and transaction service",
     )
+    o.add(
+        "--http-advertised",
+        "TMSGATE_HTTP_ADVERTISED",
+        None,
+        "URL the other gateways of a cluster (and 421 answers) give for this gateway's "
+        "HTTP listener",
+        shown="scheme://advertised host:listen port",
+        metavar="URL",
+    )
     o.switch("--no-http", "TMSGATE_NO_HTTP", False, "serve Kafka only")
 
 

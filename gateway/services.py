@@ -39,8 +39,10 @@ from tmsgate.storage import SharedTransactions, Store, open_store
 from . import exporter_metrics, faults
 from .cluster import Cluster, ClusterConfig
 from .cluster_calls import Body, ClusterCalls
+from .errors import PeerUnavailable
 from .kafka.broker import Broker
 from .kafka.config import GatewayConfig
+from .kafka.groups import GroupError
 from .kafka.metrics import Metrics
 from .kafka.server import KafkaServer
 from .partition_work import PartitionWork
@@ -160,7 +162,9 @@ class Services:
             host, port = self.http_server.address
             if host in ("0.0.0.0", "::"):  # every interface: the one Kafka clients use
                 host = self.broker.advertised_host
-            self.broker.http_url = f"{self.http_server.scheme}://{host}:{port}"
+            self.broker.http_url = (
+                config.http.advertised_url or f"{self.http_server.scheme}://{host}:{port}"
+            )
         if config.metrics_listen is not None:
             with _binding("metrics", config.metrics_listen, "--metrics-listen"):
                 self.metrics.serve(*config.metrics_listen)
@@ -273,9 +277,12 @@ class Services:
             (str(t), int(p)): (int(o), int(le), str(md)) for t, p, o, le, md in body["offsets"]
         }
         group = str(body["group"])
-        await self.broker.groups.commit_transactional(
-            group, offsets, int(body["decidedMs"]), bool(body["replay"])
-        )
+        try:
+            await self.broker.groups.commit_transactional(
+                group, offsets, int(body["decidedMs"]), bool(body["replay"])
+            )
+        except GroupError as exc:  # the slot moved: the controller asks the new owner
+            raise PeerUnavailable(f"group {group!r}: {exc}") from exc
         self.broker.txns.offsets_ended(group, str(body["tid"]))
         return {}
 

@@ -249,7 +249,7 @@ def payloads(client: httpx.Client, topic: str, namespace: str = "default") -> li
 
 
 # --- the table and the open routes --------------------------------------------------------
-def test_the_open_routes(gw: Gateway) -> None:
+def test_the_open_routes(gw: Gateway, anon: httpx.Client) -> None:
     assert gw.services is not None and gw.services.http_server is not None
     assert {r.handler for _, r in route_table() if r.need.on is On.NOTHING} == {
         "healthz",
@@ -257,7 +257,12 @@ def test_the_open_routes(gw: Gateway) -> None:
         "openapi",
         "docs_page",
         "docs_asset",
+        # the gateways' calls to each other: the cluster's secret instead of a user's
+        # credentials (tests/test_cluster_transactions.py), 404 without --cluster
+        "cluster_call",
     }
+    stranger = anon.post("/internal/v1/cluster/tx.snapshot", json={})
+    assert stranger.status_code == 404, stranger.text
 
 
 def test_probes_and_description_are_open(anon: httpx.Client) -> None:

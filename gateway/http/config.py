@@ -20,3 +20,6 @@ class HttpConfig:
     # Every endpoint but /healthz asks for a user's credentials (HTTP Basic, over HTTPS
     # only, or a bearer token of `tmsgate users token`); 401 without (docs/security.md).
     auth_required: bool = False
+    # What other gateways of a cluster call this one at, and what 421 answers name
+    # (--http-advertised); None: the scheme, the Kafka advertised host and the port.
+    advertised_url: str | None = None
