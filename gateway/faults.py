@@ -1,14 +1,12 @@
 """Fault points for the kill -9 tests, switched on by the environment only.
 
-``TMSGATE_FAULT_TXN_PAUSE=<step>`` makes every Kafka transaction commit stop before that
-step (record, reference, commit, offsets, complete: gateway/kafka/txn/coordinator.py)
-and wait for ever, after logging ``fault: commit paused before <step>``. The test then
-kills the process with SIGKILL: a real kill -9 between two durable steps. Unset (always,
-outside tests), nothing is installed and commits run straight through.
-
-``TMSGATE_FAULT_TX_COMMIT_PAUSE=<step>`` does the same for commits with a manifest
-(gateway/transactions.py: record, publish, commit, forget; ``publish`` pauses after the
-first topic's reference, with the others not yet written).
+``TMSGATE_FAULT_COMMIT_PAUSE=<step>`` makes every commit, a Kafka transaction's and a TMS
+commit with a manifest alike, stop before that step (gateway/commits.py: record, parts,
+partial, commit, offsets, done; ``partial`` comes after the first topic's part, with the
+others not yet written) and wait for ever, after logging ``fault: commit paused before
+<step>``. The test then kills the process with SIGKILL: a real kill -9 between two
+durable steps. Unset (always, outside tests), nothing is installed and commits run
+straight through.
 
 ``TMSGATE_FAULT_TXN_RECORDS_PAUSE=1`` stops the store's writer, for ever, before the first
 write that holds PayloadTable rows (a Kafka transaction's records, whose Produce is
@@ -35,30 +33,28 @@ if TYPE_CHECKING:
     from .services import Services
 
 log = logging.getLogger("tmsgate.faults")
-TXN_PAUSE = "TMSGATE_FAULT_TXN_PAUSE"
+COMMIT_PAUSE = "TMSGATE_FAULT_COMMIT_PAUSE"
 TOPIC_PAUSE = "TMSGATE_FAULT_TOPIC_PAUSE"
-TX_COMMIT_PAUSE = "TMSGATE_FAULT_TX_COMMIT_PAUSE"
 TXN_RECORDS_PAUSE = "TMSGATE_FAULT_TXN_RECORDS_PAUSE"
 
 
 def install_from_env(services: Services) -> None:
     _topic_pause(services)
-    _tx_commit_pause(services)
     _records_pause(services)
-    step = os.environ.get(TXN_PAUSE)
+    step = os.environ.get(COMMIT_PAUSE)
     if not step:
         return
-    log.warning("fault point armed: Kafka transaction commits pause before step %r", step)
+    log.warning("fault point armed: commits pause before step %r", step)
 
     async def before_step(name: str) -> None:
         if name == step:
             log.warning("fault: commit paused before %s", name)
             await asyncio.Event().wait()  # until the process is killed
 
-    services.broker.txns.before_step = before_step
-    # A stop between the decision, the references and the commit is what a write of all
-    # three landing in part leaves: take them one write each to stop there.
-    services.broker.txns.stepwise = step in ("reference", "commit")
+    services.commits.before_step = before_step
+    # A stop between a Kafka commit's decision, its parts and the TMS commit is what a
+    # write of all three landing in part leaves: take them one write each to stop there.
+    services.broker.txns.stepwise = step in ("parts", "partial", "commit")
 
 
 def _records_pause(services: Services) -> None:
@@ -87,17 +83,3 @@ def _topic_pause(services: Services) -> None:
             threading.Event().wait()  # until the process is killed
 
     services.broker.topics.between_steps = between_steps
-
-
-def _tx_commit_pause(services: Services) -> None:
-    step = os.environ.get(TX_COMMIT_PAUSE)
-    if not step:
-        return
-    log.warning("fault point armed: commits with a manifest pause before step %r", step)
-
-    async def before_step(name: str) -> None:
-        if name == step:
-            log.warning("fault: manifest commit paused before %s", name)
-            await asyncio.Event().wait()  # until the process is killed
-
-    services.transactions.before_step = before_step

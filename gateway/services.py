@@ -39,6 +39,7 @@ from tmsgate.storage import SharedTransactions, Store, open_store
 from . import exporter_metrics, faults
 from .cluster import Cluster, ClusterConfig
 from .cluster_calls import Body, ClusterCalls
+from .commits import Commits
 from .errors import PeerUnavailable
 from .kafka.broker import Broker
 from .kafka.config import GatewayConfig
@@ -99,16 +100,19 @@ class Services:
         # Several gateways: the calls between them (gateway/cluster_calls.py), and each
         # transaction's part on a partition run where the partition is led.
         self.calls = None if self.cluster is None else ClusterCalls(self.cluster)
-        self.partitions = PartitionWork(store, self.calls)
+        # The steps every commit takes once decided, Kafka's and the TMS service's alike
+        # (gateway/commits.py): one runner, one replay, one fault hook.
+        self.commits = Commits(store, PartitionWork(store, self.calls))
+        self.broker.txns.use_commits(self.commits)
         if self.calls is not None:
-            self.broker.txns.attach_cluster(self.calls, self.partitions)
+            self.broker.txns.attach_cluster(self.calls)
             self.calls.register("group.commit_txn", self._commit_txn_offsets)
         self.transactions = TransactionService(
             store,
             self.registry,
             self.broker.txns.owner_of,
             calls=self.calls,
-            partitions=self.partitions,
+            commits=self.commits,
         )
         # Several gateways: set once this gateway, as the new controller, finished the
         # commits the last one recorded; nothing expires before (services docstring).

@@ -24,9 +24,11 @@ Two additions serve writers made of many workers (a Spark sink, docs/spark.md):
     4. commit     the TMS commit: every topic visible at once to transactional readers
     5. forget     the manifest's row is deleted
 
-  Steps 3-5 are idempotent; ``recover()`` (at start, before listening) replays every
-  recorded manifest, so a kill -9 anywhere ends with all of it visible exactly once, or
-  (before step 2) none of it.
+  Steps 3-4 are the steps every commit takes once its decision is recorded, Kafka's
+  too (gateway/commits.py: one plan, one runner, one replay, one fault hook); they and 5
+  are idempotent, and ``recover()`` (at start, before listening) replays every recorded
+  manifest, so a kill -9 anywhere ends with all of it visible exactly once, or (before
+  step 2) none of it.
 
 Several gateways (``--cluster``): the controller runs the transaction manager
 (storage/shared_transactions.py), so every transition is made there. On another gateway
@@ -61,6 +63,7 @@ from tmsgate.storage import (
 from tmsgate.storage.transactions import COMMITTED, IN_PROGRESS
 
 from .cluster_calls import Body, b64, topic_of, unb64
+from .commits import CommitPlan, Commits, Part
 from .errors import TransactionOwned
 from .partition_work import PartitionWork, range_of, range_row
 
@@ -104,7 +107,7 @@ class TransactionService:
         kafka_owner: Callable[[int], str | None] = lambda wp: None,
         *,
         calls: ClusterCalls | None = None,
-        partitions: PartitionWork | None = None,
+        commits: Commits | None = None,
     ) -> None:
         """``kafka_owner(wp)``: the Kafka transactional id whose transaction ``wp`` is
         (the Kafka transaction coordinator's), else None. ``calls``: several gateways
@@ -112,14 +115,13 @@ class TransactionService:
         self._store = store
         self._manager = store.transactions
         self._calls = calls
-        self._partitions = partitions or PartitionWork(store)
+        self._commits = commits or Commits(store, PartitionWork(store))
         self._kafka_owner = kafka_owner
         if calls is not None:
             for name, handler in self._call_handlers().items():
                 calls.register(name, handler)
         self._key_lock = asyncio.Lock()  # one transaction per key, whoever asks first
         self._next_key_sweep_ms = 0
-        self.before_step: Callable[[str], Awaitable[None]] | None = None  # fault points
         self._open = Gauge(
             "tmsgate_transactions_open",
             "Transactions in progress (started, not yet committed, aborted or timed out)",
@@ -210,41 +212,25 @@ class TransactionService:
         self._manager.decide(wp)  # 1; TransactionNotInProgress if it cannot commit
         record = {"wp": wp, "publish": _manifest_doc(manifest)}
         key = f"{wp:020d}"
-        await self._step("record")
+        await self._commits.step("record")
         await asyncio.wrap_future(
             self._store.put_states_async({(COMMIT_AREA, key): json.dumps(record).encode()})
         )  # 2
-        await self._apply(wp, manifest, key)
+        await self._commits.run(_plan(wp, manifest), replay=False)  # 3, 4 (gateway/commits.py)
+        await self._forget(key)  # 5
         self._ended.labels("committed").inc()
 
-    async def _step(self, name: str) -> None:
-        if self.before_step is not None:
-            await self.before_step(name)
-
-    async def _apply(self, wp: int, manifest: Manifest, key: str) -> None:
-        for i, (topic, ranges) in enumerate(manifest):  # 3, where each topic is led
-            await self._partitions.publish_kept(topic, wp, ranges)
-            if i == 0:
-                await self._step("publish")  # one topic's reference written, others not
-        await self._step("commit")
-        try:
-            await asyncio.wrap_future(self._manager.commit_async(wp))  # 4
-        except TransactionNotInProgress as exc:
-            if exc.state != COMMITTED:  # committed: a replay after step 4
-                raise
-        await self._step("forget")
-        await asyncio.wrap_future(self._store.put_states_async({(COMMIT_AREA, key): None}))  # 5
+    async def _forget(self, key: str) -> None:
+        await asyncio.wrap_future(self._store.put_states_async({(COMMIT_AREA, key): None}))
 
     async def recover(self) -> None:
-        """Finish every commit whose manifest was recorded (at start, before listening)."""
+        """Finish every commit whose manifest was recorded (at start, before listening;
+        on a new controller), with the replay every commit has (gateway/commits.py)."""
         for key, raw in self._store.scan_state(COMMIT_AREA):
             record = json.loads(raw)
             wp = int(record["wp"])
-            manifest = _manifest_of(wp, record["publish"])
-            if self._manager.state(wp) != COMMITTED:
-                self._manager.decide(wp, recovering=True)
-            log.warning("finishing the commit of write pointer %d decided before a restart", wp)
-            await self._apply(wp, manifest, key)
+            await self._commits.replay(_plan(wp, _manifest_of(wp, record["publish"])))
+            await self._forget(key)  # finished, or (logged) impossible
 
     def forget_old_keys(self) -> int:
         """Delete transaction keys older than KEY_RETENTION_MS (at most once an hour: it
@@ -396,6 +382,10 @@ class TransactionService:
         txm = self._manager
         if isinstance(txm, SharedTransactions) and not txm.leading:
             raise NotTransactionLeader("ask the controller (Metadata's controller id)")
+
+
+def _plan(wp: int, manifest: Manifest) -> CommitPlan:
+    return CommitPlan(wp, tuple(Part(topic, tuple(keep)) for topic, keep in manifest))
 
 
 def _manifest_doc(manifest: Manifest) -> list[list[Any]]:

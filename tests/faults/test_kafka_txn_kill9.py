@@ -2,7 +2,7 @@
 
 A confluent-kafka transactional producer writes 5 records to topic A and 3 to topic B and
 sends the offset 7 of an input topic for group G with the transaction, then commits. The
-gateway runs with ``TMSGATE_FAULT_TXN_PAUSE=<step>`` (gateway/faults.py): the commit
+gateway runs with ``TMSGATE_FAULT_COMMIT_PAUSE=<step>`` (gateway/faults.py): the commit
 stops before that step and the test kills the gateway with SIGKILL while it waits there.
 After a restart (and a second one, to see the replay is idempotent):
 
@@ -13,7 +13,7 @@ After a restart (and a second one, to see the replay is idempotent):
     read_uncommitted readers alike, and the group's offset is 7.
 
 A commit writes the decision, the references and the TMS commit as one write; paused
-before ``reference`` or ``commit`` the gateway takes them one write each (the
+before ``parts``, ``partial`` or ``commit`` the gateway takes them one write each (the
 coordinator's ``stepwise``), which leaves what that write landing in part leaves: the
 decision alone, or with its references. tests/test_storage_sealed.py cuts the one write
 short after every row on memory://.
@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 pytestmark = pytest.mark.timeout(180)
 
-STEPS = ["record", "reference", "commit", "offsets", "complete"]
+STEPS = ["record", "parts", "partial", "commit", "offsets", "done"]
 A_VALUES = [f"a-{i}".encode() for i in range(5)]
 B_VALUES = [f"b-{i}".encode() for i in range(3)]
 
@@ -134,7 +134,7 @@ def wait_for_log(gw, marker: str) -> None:
 
 @pytest.mark.parametrize("step", STEPS)
 def test_kill9_between_commit_steps(fault_gateway, step, faults_report):
-    gw = fault_gateway(env={"TMSGATE_FAULT_TXN_PAUSE": step})
+    gw = fault_gateway(env={"TMSGATE_FAULT_COMMIT_PAUSE": step})
     txn = open_transaction(gw)
     topic_a, topic_b, source, group = txn.topic_a, txn.topic_b, txn.source, txn.group
     # The commit blocks (the gateway waits at the fault point): run it aside.

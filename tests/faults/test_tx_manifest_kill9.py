@@ -3,7 +3,7 @@ all of it visible exactly once, or none of it.
 
 Over HTTP, a keyed transaction stores three runs of records into topic A (one of them a
 "failed task attempt" the manifest leaves out) and one into topic B, then commits with a
-manifest naming the kept runs. The gateway runs with ``TMSGATE_FAULT_TX_COMMIT_PAUSE=<step>``
+manifest naming the kept runs. The gateway runs with ``TMSGATE_FAULT_COMMIT_PAUSE=<step>``
 (gateway/faults.py): the commit stops before that step, and the test kills the gateway with
 SIGKILL while it waits there. After a restart (and a second one, to see the replay is
 idempotent):
@@ -27,7 +27,7 @@ from tmsgate.protocol.columns import MEDIA_TYPE, RecordColumns, decode_columns, 
 
 pytestmark = pytest.mark.timeout(180)
 
-STEPS = ["record", "publish", "commit", "forget"]
+STEPS = ["record", "parts", "partial", "commit", "done"]
 
 
 def body(values: list[bytes]) -> bytes:
@@ -56,7 +56,7 @@ def values_of(http: httpx.Client, topic: str, isolation: str) -> list[tuple[int,
 
 @pytest.mark.parametrize("step", STEPS)
 def test_kill9_between_manifest_commit_steps(fault_gateway, step, faults_report):
-    gw = fault_gateway(env={"TMSGATE_FAULT_TX_COMMIT_PAUSE": step})
+    gw = fault_gateway(env={"TMSGATE_FAULT_COMMIT_PAUSE": step})
     suffix = uuid.uuid4().hex[:8]
     topic_a, topic_b, key = f"a-{suffix}", f"b-{suffix}", f"spark/{suffix}/3"
     http = httpx.Client(base_url=gw.http_url, timeout=30)
@@ -94,7 +94,7 @@ def test_kill9_between_manifest_commit_steps(fault_gateway, step, faults_report)
 
     committer = threading.Thread(target=commit, name="commit", daemon=True)
     committer.start()
-    marker = f"fault: manifest commit paused before {step}"
+    marker = f"fault: commit paused before {step}"
     deadline = time.monotonic() + 20
     while marker not in gw.log_tail(400) and time.monotonic() < deadline:
         assert gw.alive(), gw.log_tail()

@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -50,8 +50,9 @@ from urllib.parse import quote, unquote
 
 from tmsgate.protocol import ErrorCode
 from tmsgate.storage import StorageError, TopicId, TopicNotFound, TransactionNotInProgress
-from tmsgate.storage.transactions import COMMITTED, INCOMPLETE
+from tmsgate.storage.transactions import INCOMPLETE
 
+from ...commits import CommitPlan, Commits, GroupOffsets, Part
 from ...partition_work import PartitionWork
 from ..groups import GroupError
 from ..loading import loaded
@@ -179,22 +180,25 @@ class TxnCoordinator:
         self._ended = broker.metrics.transactions_ended
         self._committed = self._ended.labels("committed")  # labels() costs, once a commit
         broker.metrics.transactions_open.set_function(self.open_count)
-        # Tests stop a commit between two steps (kill -9 at every step): called with the
-        # step's name once the step before it is durable.
-        self.before_step: Callable[[str], Awaitable[None]] | None = None
         # Steps 2-4 one durable write each, as a replay runs them, instead of one write
         # for all three: what a write landing in part leaves (faults.py stops between).
         self.stepwise = False
         # Several gateways (attach_cluster): where each step runs, and the rows' fence.
         self._links: ClusterLinks | None = None
-        self._partitions = PartitionWork(self.store)
         self._fence: Callable[[], bool] | None = None
+        # The steps after the decision, which every commit takes (gateway/commits.py).
+        self._commits = Commits(self.store, PartitionWork(self.store))
+        self._commits.commit_offsets = self.commit_group_offsets
 
-    def attach_cluster(self, calls: ClusterCalls, partitions: PartitionWork) -> None:
+    def use_commits(self, commits: Commits) -> None:
+        """The gateway's one commit runner (its fault hook, its partitions' work)."""
+        self._commits = commits
+        commits.commit_offsets = self.commit_group_offsets
+
+    def attach_cluster(self, calls: ClusterCalls) -> None:
         """Several gateways: steps run where their partition or group is, the records are
         written only while this gateway is the controller (links.py)."""
         self._links = ClusterLinks(self, calls)
-        self._partitions = partitions
         self._fence = calls.cluster.may_write_as_controller
 
     @property
@@ -270,25 +274,20 @@ class TxnCoordinator:
     def _redecide(self, rec: TxnRecord) -> bool:
         """After a restart: the decision of a recorded commit holds again (unless the TMS
         commit already happened, which the replay then skips)."""
-        manager = self.store.transactions
-        state = manager.state(rec.write_pointer)
-        if state == COMMITTED:
+        impossible = self._commits.redecide(rec.write_pointer)
+        if impossible is None:
             return True
-        try:
-            manager.decide(rec.write_pointer, recovering=True)
-            return True
-        except TransactionNotInProgress as exc:
-            # Cannot happen (a decided transaction is never aborted or invalidated), but
-            # a gateway must start: the transaction is reported lost, not half applied.
-            log.error(
-                "transactional id %r: commit of write pointer %d was decided but the "
-                "transaction is %s; dropping it",
-                rec.transactional_id,
-                rec.write_pointer,
-                exc.state,
-            )
-            rec.clear_transaction(TxnState.COMPLETE_ABORT, self.store.now_ms())
-            return False
+        # Cannot happen (a decided transaction is never aborted or invalidated), but a
+        # gateway must start: the transaction is reported lost, not half applied.
+        log.error(
+            "transactional id %r: commit of write pointer %d was decided but the "
+            "transaction is %s; dropping it",
+            rec.transactional_id,
+            rec.write_pointer,
+            impossible,
+        )
+        rec.clear_transaction(TxnState.COMPLETE_ABORT, self.store.now_ms())
+        return False
 
     def _register(self, rec: TxnRecord) -> None:
         old = self._by_id.get(rec.transactional_id)
@@ -348,10 +347,6 @@ class TxnCoordinator:
     @staticmethod
     def _record_row(rec: TxnRecord) -> dict[tuple[str, str], bytes | None]:
         return {(TXN_AREA, _row_name(rec.transactional_id)): encode_record(rec)}
-
-    async def _step(self, name: str) -> None:
-        if self.before_step is not None:
-            await self.before_step(name)
 
     # --- InitProducerId ----------------------------------------------------------------------
     async def init_producer(
@@ -662,53 +657,40 @@ class TxnCoordinator:
 
     async def _apply_commit(self, rec: TxnRecord, replay: bool, whole: bool = False) -> None:
         """Steps 2-6 of a commit (the module docstring); each is durable before the next,
-        and each may run again. ``whole``: steps 2-4 as one write (a fresh decision; a
-        retry or replay takes them one by one). Unless ``replay``, the commit is decided
-        first, on the store's writer after every store of the transaction (in the one
-        write when ``whole``): _Undecided if it cannot be, with nothing recorded. On a
-        storage error the record stays PrepareCommit (a retried EndTxn, or the next start,
-        carries on) and the client is told to retry."""
+        and each may run again; 3-5 are every commit's (gateway/commits.py). ``whole``:
+        steps 2-4 as one write (a fresh decision; a retry or replay takes them one by
+        one). Unless ``replay``, the commit is decided first, on the store's writer after
+        every store of the transaction (in the one write when ``whole``): _Undecided if it
+        cannot be, with nothing recorded. On a storage error the record stays
+        PrepareCommit (a retried EndTxn, or the next start, carries on) and the client is
+        told to retry."""
         wp = rec.write_pointer
+        plan = self._plan(rec)
         if whole and self._links is not None:
             # One write only where every partition is led here: elsewhere the leaders
             # seal theirs (step 3 as calls), after the decision (step 2) is durable.
-            whole = all(self.store.leads(self._topic_id(t)) for t in rec.topics)
+            whole = all(self.store.leads(p.topic) for p in plan.parts)
         try:
             if not replay and not whole:
                 await self._decide(wp)
             if not replay:
-                await self._step("record")
+                await self._commits.step("record")
+            records = 0
             if whole:
                 # Steps 2-4 as one durable write (Store.commit_sealed_async), ordered so
-                # that a write landing in part is finished by the replay below.
-                topics = sorted(rec.topics)
+                # that a write landing in part is finished by the replay.
                 try:
                     referenced = await on_loop(
                         self.store.commit_sealed_async(
-                            wp, [self._topic_id(t) for t in topics], self._record_row(rec)
+                            wp, [p.topic for p in plan.parts], self._record_row(rec)
                         )
                     )
                 except TransactionNotInProgress as exc:  # decide() refused: nothing written
                     raise _Undecided(exc) from exc
-            else:
-                if not replay:
-                    await self._persist(rec)  # the decision
-                await self._step("reference")
-                referenced = await asyncio.gather(
-                    *(self._reference(topic, wp) for topic in sorted(rec.topics))
-                )
-                await self._step("commit")
-                try:
-                    await on_loop(self.store.transactions.commit_async(wp))
-                except TransactionNotInProgress as exc:
-                    if exc.state != COMMITTED:  # committed: a replay after this step
-                        raise
-            self._partitions.tell_ended([self._topic_id(t) for t in rec.topics], wp, True)
-            await self._step("offsets")
-            for group_id, offsets in sorted(rec.offsets.items()):
-                await self._commit_offsets(rec, group_id, offsets, replay)
-            await self._step("complete")
-            records = sum(referenced)
+                records = sum(referenced)
+            elif not replay:
+                await self._persist(rec)  # the decision
+            records += await self._commits.run(plan, replay, parts_done=whole)
             rec.clear_transaction(TxnState.COMPLETE_COMMIT, self.store.now_ms())
             self._complete(rec)
             self._by_wp.pop(wp, None)
@@ -724,19 +706,30 @@ class TxnCoordinator:
         self._committed.inc()
         log.debug("committed %r wp=%d: %d records", rec.transactional_id, wp, records)
 
-    async def _commit_offsets(
-        self,
-        rec: TxnRecord,
-        group_id: str,
-        offsets: dict[TopicPartition, PendingOffset],
-        replay: bool,
+    def _plan(self, rec: TxnRecord) -> CommitPlan:
+        """A recorded commit's plan: a sealed part on every partition it wrote, the group
+        offsets it carries."""
+        return CommitPlan(
+            rec.write_pointer,
+            tuple(Part(self._topic_id(t)) for t in sorted(rec.topics)),
+            {
+                group: {tp: (o.offset, o.leader_epoch, o.metadata) for tp, o in offsets.items()}
+                for group, offsets in rec.offsets.items()
+            },
+            rec.decided_ms,
+            rec.transactional_id,
+        )
+
+    async def commit_group_offsets(
+        self, plan: CommitPlan, group_id: str, offsets: GroupOffsets, replay: bool
     ) -> None:
         """Step 5 for one group, on the group's coordinator (here, or elsewhere)."""
-        plain = {tp: (o.offset, o.leader_epoch, o.metadata) for tp, o in offsets.items()}
         if self._links is None or self._links.serves_group(group_id):
-            await self.broker.groups.commit_transactional(group_id, plain, rec.decided_ms, replay)
+            await self.broker.groups.commit_transactional(
+                group_id, dict(offsets), plan.decided_ms, replay
+            )
         else:
-            await self._links.commit_offsets(rec, group_id, plain, replay)
+            await self._links.commit_offsets(plan, group_id, offsets, replay)
 
     async def _decide(self, wp: int) -> None:
         try:
@@ -754,14 +747,6 @@ class TxnCoordinator:
         """A TMS topic of rec.topics (a partition: ``name`` or ``name~p``)."""
         return _topic_id_of(self.broker.config.namespace, topic)
 
-    async def _reference(self, topic: str, wp: int) -> int:
-        tid = self._topic_id(topic)
-        try:
-            return await self._partitions.seal(tid, wp)
-        except TopicNotFound:
-            log.warning("transaction %d: topic %r was deleted before the commit", wp, topic)
-            return 0
-
     async def _abort(self, rec: TxnRecord, fence: bool) -> None:
         """Abort the open transaction: its PayloadTable rows are never referenced and its
         write pointer joins the invalid list. ``fence``: bump the epoch too (a timeout, a
@@ -776,7 +761,7 @@ class TxnCoordinator:
                 if self._links is None or self.store.leads(tid):
                     self.store.discard_payloads_async(tid, wp).add_done_callback(_discarded)
                 else:  # on its leader; if that fails, the leader's janitor frees them
-                    task = asyncio.ensure_future(self._partitions.discard(tid, wp))
+                    task = asyncio.ensure_future(self._commits.partitions.discard(tid, wp))
                     task.add_done_callback(_discarded_elsewhere)
         if self._links is not None and rec.groups:
             self._links.tell_groups_ended(rec)

@@ -25,6 +25,7 @@ from .model import TXN_AREA, PendingOffset, TopicPartition, TxnRecord, TxnState,
 
 if TYPE_CHECKING:
     from ...cluster_calls import Body, ClusterCalls
+    from ...commits import CommitPlan, GroupOffsets
     from .coordinator import TxnCoordinator
 
 E = ErrorCode
@@ -155,18 +156,14 @@ class ClusterLinks:
         return slots is not None and slots.serves(group_id)
 
     async def commit_offsets(
-        self,
-        rec: TxnRecord,
-        group_id: str,
-        offsets: dict[TopicPartition, tuple[int, int, str]],
-        replay: bool,
+        self, plan: CommitPlan, group_id: str, offsets: GroupOffsets, replay: bool
     ) -> None:
         """A commit's step 5 for a group coordinated elsewhere."""
         body = {
-            "tid": rec.transactional_id,
+            "tid": plan.transactional_id,
             "group": group_id,
             "offsets": [[t, p, *v] for (t, p), v in offsets.items()],
-            "decidedMs": rec.decided_ms,
+            "decidedMs": plan.decided_ms,
             "replay": replay,
         }
         await self.calls.to_group(group_id, "group.commit_txn", body)
