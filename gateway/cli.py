@@ -112,6 +112,7 @@ def _config(args: argparse.Namespace) -> object:
         disk_reserve_bytes=max(0, args.disk_reserve_mb) << 20,
         transaction_max_timeout_ms=args.transaction_max_timeout_ms,
         transactional_id_expiration_ms=max(1, args.transactional_id_expiration_ms),
+        transactional_offsets=args.transactional_offsets,
         security_protocol=args.kafka_security.upper(),
         sasl_mechanisms=_sasl_mechanisms(args),
         connections_max_reauth_ms=max(0, args.connections_max_reauth_ms),

@@ -251,6 +251,16 @@ def _topics(s: argparse.ArgumentParser) -> None:
         "(Kafka's transactional.id.expiration.ms)",
         type_=int,
     )
+    o.add(
+        "--transactional-offsets",
+        "TMSGATE_TRANSACTIONAL_OFFSETS",
+        "commit",
+        "when a Kafka transaction's records get their offsets: at the commit (an open "
+        "transaction holds no reader back; Produce answers offset -1) or when produced (as "
+        "Kafka: Produce answers the offsets, which quixstreams' and MirrorMaker 2's "
+        "exactly-once need; read_committed readers wait for open transactions)",
+        choices=("commit", "produce"),
+    )
 
 
 def _security(s: argparse.ArgumentParser) -> None:

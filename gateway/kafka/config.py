@@ -72,6 +72,10 @@ class GatewayConfig:
     # Kafka's transactional.id.expiration.ms: a transactional id idle this long (no
     # transaction open) is forgotten.
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    # When a Kafka transaction's records get their offsets: "commit" (sealed into one
+    # reference at EndTxn; Produce answers -1) or "produce" (published in place under the
+    # write pointer, held until the commit, as Kafka; docs/transactions.md).
+    transactional_offsets: str = "commit"
     # Kafka's listener security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, with
     # the SASL mechanisms of sasl.enabled.mechanisms (gateway/sasl.py); users:
     # gateway/users.py. docs/security.md.

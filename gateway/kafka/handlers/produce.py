@@ -97,7 +97,7 @@ async def _duplicate(rec: BatchRecord, log_append: bool) -> Outcome:
         except Exception as exc:
             code, message = error_of(exc, "produce (duplicate of a failed batch)", FAILURES)
             return _fail(code, message)
-    if rec.transactional:
+    if rec.transactional and rec.base_offset < 0:
         return Outcome(ErrorCode.NONE)  # its offsets come with the commit
     if rec.base_offset < 0:
         # Persisted state from an older version that did not record offsets: Kafka
@@ -352,12 +352,15 @@ async def _prepare_transactional(
         )
     except TxnError as exc:
         return _fail(exc.code, str(exc))
+    txn_wp = wp
     verdict = check(entry, batch)
     if verdict.duplicate is not None:
         return asyncio.ensure_future(_duplicate(verdict.duplicate, False))
     if verdict.error:
         return _fail(verdict.error, verdict.message or verdict.error.name)
     rec, _durable_state = broker.producers.record(key, entry, batch, info.id)  # memory only
+    if broker.config.transactional_offsets == "produce":
+        return _publish_in_place(ctx, info, batch, entries, txn_wp, rec, key)
     try:
         if entries is None:
             fut = broker.store.store_kafka_batch_async(
@@ -395,6 +398,37 @@ async def _prepare_transactional(
     if not early:
         return asyncio.ensure_future(_written(broker, fut, rec, batch))
     return _accepted(broker, rec, batch)
+
+
+def _publish_in_place(
+    ctx: RequestContext,
+    info: TopicInfo,
+    batch: ProducedBatch,
+    entries: list[Any] | None,
+    wp: int,
+    rec: BatchRecord,
+    key: str,
+) -> Outcome | asyncio.Future[Outcome]:
+    """``--transactional-offsets produce``: the batch's records published in place under
+    the transaction's write pointer, as a TMS transaction's are (the t column): their
+    offsets are theirs from now on, answered as Kafka answers them, and they stay held
+    from every reader until the commit (the last stable offset waits, as in Kafka), and
+    skipped for good if it aborts. The commit then has no reference to write (its part
+    finds no stored records), only the TMS commit. Answered once on disk."""
+    broker = ctx.broker
+    try:
+        if entries is None:
+            entries, _ = to_entries(batch.records, pointers_in_header=False)
+        fut = broker.store.publish_async(info.id, entries, tx=wp)
+    except Exception as exc:
+        broker.producers.failed(key, rec, exc)
+        if isinstance(exc, ProtocolError):
+            return _fail(getattr(exc, "code", ErrorCode.INVALID_RECORD), str(exc))
+        return _fail(*error_of(exc, f"produce to {info.id} in transaction {wp}", FAILURES))
+    log_append = info.config.log_append_time
+    return _when_written(
+        fut, functools.partial(_completed, ctx, info, rec, key, batch, log_append, False)
+    )
 
 
 def _accepted(broker: Broker, rec: BatchRecord, batch: ProducedBatch) -> Outcome:
