@@ -30,8 +30,21 @@ if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"
   python3 -m venv .venv
 fi
+# quixstreams pins confluent-kafka<2.13, older than the suite's: a venv of its own for its
+# app (compat-tests/test_quixstreams.py), made beside the main install.
+quix_pid=""
+if [ ! -x .venv-quix/bin/python ] || ! .venv-quix/bin/python -c 'import quixstreams' 2>/dev/null; then
+  echo "== installing quixstreams into .venv-quix (in the background)"
+  ( python3 -m venv .venv-quix \
+    && .venv-quix/bin/pip install -q --disable-pip-version-check 'quixstreams>=3.28,<4' ) &
+  quix_pid=$!
+fi
 echo "== installing tmsgate and its test dependencies into .venv"
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test,spark,hbase]'
+if [ -n "$quix_pid" ]; then
+  wait "$quix_pid"
+fi
+export TMSGATE_COMPAT_QUIXSTREAMS_PYTHON="${TMSGATE_COMPAT_QUIXSTREAMS_PYTHON:-$PWD/.venv-quix/bin/python}"
 if [ -n "$apt_pid" ]; then
   wait "$apt_pid"
 fi

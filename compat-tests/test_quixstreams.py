@@ -1,13 +1,16 @@
-"""quixstreams (3.x, confluent-kafka + RocksDB state) exactly-once against a live gateway.
+"""quixstreams (3.x, confluent-kafka + RocksDB state) exactly-once against a live gateway
+started with ``--transactional-offsets produce`` (docs/transactions.md): quixstreams keeps
+the changelog offsets its transactional producer is told, so it needs them answered as
+Kafka answers them; with the default (-1, offsets at the commit) it stops with
+InvalidChangelogOffset after a restore (docs/compatibility.md).
 
-A manual check, not collected by the suite (its name does not start with ``test_``):
-quixstreams pins confluent-kafka<2.13, so it needs a venv of its own, and on tmsgate it
-fails today on a known deviation (docs/compatibility.md, "offsets in a transactional
-Produce's answer": the app stops with InvalidChangelogOffset after a restore). Run it with
+quixstreams pins confluent-kafka<2.13, so it runs from a venv of its own, which
+scripts/test.sh makes (``.venv-quix``) and names in TMSGATE_COMPAT_QUIXSTREAMS_PYTHON. By
+hand:
 
-    python3 -m venv /tmp/quix && /tmp/quix/bin/pip install 'quixstreams>=3.28,<4'
-    TMSGATE_COMPAT_QUIXSTREAMS_PYTHON=/tmp/quix/bin/python \
-        .venv/bin/pytest compat-tests/quixstreams_exactly_once_check.py
+    python3 -m venv .venv-quix && .venv-quix/bin/pip install 'quixstreams>=3.28,<4'
+    TMSGATE_COMPAT_QUIXSTREAMS_PYTHON=.venv-quix/bin/python \
+        .venv/bin/pytest compat-tests/test_quixstreams.py
 
 `streams_apps/quix_counter.py` counts the records per key of an input topic (2 partitions) in
 a RocksDB store and produces the running count of the key for every input record to an output
@@ -33,6 +36,7 @@ confluent-kafka<2.13, so it may live in a venv of its own), else under the suite
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -74,9 +78,13 @@ def _records(start: int, n: int) -> list[tuple[bytes, bytes]]:
 
 @pytest.mark.parametrize("restart", ["same_state_dir", "fresh_state_dir"])
 def test_exactly_once_count_survives_sigkill(
-    quixstreams_available, gateway, topic_name, tmp_path, restart
+    quixstreams_available, request, topic_name, tmp_path, restart
 ):
-    bs = gateway.bootstrap
+    bs = os.environ.get("TMSGATE_COMPAT_BOOTSTRAP") or (
+        request.getfixturevalue("private_gateway")(
+            extra_args=["--transactional-offsets", "produce"]
+        ).bootstrap
+    )
     in_topic, out_topic, group = f"{topic_name}-in", f"{topic_name}-out", f"{topic_name}-g"
     create_topics(bs, {in_topic: IN_PARTITIONS, out_topic: 1})
     first, second = _records(0, FIRST), _records(FIRST, SECOND)
