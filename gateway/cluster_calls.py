@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+from prometheus_client import CollectorRegistry, Counter
 from tmsgate.storage import (
     InvalidTransaction,
     NotLeader,
@@ -104,13 +105,26 @@ class ClusterCalls:
     ``to_leader``, ``to_group``) and answering them (``handle``, with the handlers each
     service registers)."""
 
-    def __init__(self, cluster: Cluster, *, verify: bool | str = True) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        registry: CollectorRegistry | None = None,
+        *,
+        verify: bool | str = True,
+    ) -> None:
         self.cluster = cluster
         self._verify = verify
         self._secret: str | None = None
         self._client: httpx.AsyncClient | None = None
         self._handlers: dict[str, Handler] = {}
         self.calls_made = 0
+        self._made = Counter(
+            "tmsgate_cluster_calls",
+            "Calls this gateway made to the others of its cluster (gateway/cluster_calls.py), "
+            "by call and outcome: ok, refused (an error answer), unavailable (no answer)",
+            ["call", "outcome"],
+            registry=registry,
+        )
 
     async def start(self, run: Callable[..., Awaitable[Any]]) -> None:
         """Read (or make) the cluster's secret: before this gateway takes any role."""
@@ -160,6 +174,7 @@ class ClusterCalls:
                 headers={SECRET_HEADER: self._secret or ""},
             )
         except (httpx.HTTPError, OSError) as exc:
+            self._made.labels(name, "unavailable").inc()
             raise PeerUnavailable(
                 f"gateway {node.node_id} ({role}, {node.http_url}) did not answer {name}: {exc}"
             ) from exc
@@ -168,7 +183,9 @@ class ClusterCalls:
         except ValueError:
             doc = {"message": answer.text[:200]}
         if answer.status_code != 200:
+            self._made.labels(name, "refused").inc()
             raise rebuild(ClusterCallRefused(name, answer.status_code, doc))
+        self._made.labels(name, "ok").inc()
         return doc if isinstance(doc, dict) else {}
 
     async def to_controller(self, name: str, body: Body) -> Body:

@@ -99,7 +99,7 @@ class Services:
         self.kafka_exporter = exporter_metrics.register(self)
         # Several gateways: the calls between them (gateway/cluster_calls.py), and each
         # transaction's part on a partition run where the partition is led.
-        self.calls = None if self.cluster is None else ClusterCalls(self.cluster)
+        self.calls = None if self.cluster is None else ClusterCalls(self.cluster, self.registry)
         # The steps every commit takes once decided, Kafka's and the TMS service's alike
         # (gateway/commits.py): one runner, one replay, one fault hook.
         self.commits = Commits(store, PartitionWork(store, self.calls))
@@ -153,8 +153,7 @@ class Services:
             await self.broker.topics.repair()
             # Before listening: commits decided before a crash are finished (and open Kafka
             # transactions aborted) before any client can read.
-            await self.broker.txns.ready()
-            await self.transactions.recover()  # commits with a manifest, the same way
+            await self._recover_transactions()
         with _binding("Kafka", (kafka.host, kafka.port), "--kafka-listen"):
             await self.kafka_server.start()
         if config.http is not None:
@@ -263,8 +262,7 @@ class Services:
         producers fenced) and the TMS commits with a manifest are finished, as at a
         restart. The TMS transactions still open stay open, with their timeouts."""
         try:
-            await self.broker.txns.ready()
-            await self.transactions.recover()
+            await self._recover_transactions()
         except Exception as exc:  # the next round tries again; nothing expires meanwhile
             log.warning("taking over the transactions failed: %s", exc)
             return
@@ -273,6 +271,13 @@ class Services:
         if isinstance(txm, SharedTransactions):
             txm.recovered()
         log.info("running the cluster's transaction manager")
+
+    async def _recover_transactions(self) -> None:
+        """Every commit recorded and not finished, of both kinds, with the one replay
+        (gateway/commits.py): the Kafka transactions' records (whose open transactions
+        are aborted, their producers fenced) and the TMS commits with a manifest."""
+        await self.broker.txns.ready()
+        await self.transactions.recover()
 
     async def _commit_txn_offsets(self, body: Body) -> Body:
         """The ``group.commit_txn`` cluster call: a Kafka transaction's offsets, committed
