@@ -63,10 +63,12 @@ from .model import (
     CorruptTxnRecord,
     PendingOffset,
     TopicPartition,
+    TxnError,
     TxnRecord,
     TxnState,
     decode_record,
     encode_record,
+    producing_write_pointer,
 )
 
 if TYPE_CHECKING:
@@ -89,14 +91,6 @@ COMPLETE_WRITE_DELAY_S = 0.1
 class TxnConfig:
     max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS
     id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS
-
-
-class TxnError(Exception):
-    """A request refused with a Kafka error code."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @functools.lru_cache(maxsize=4096)
@@ -547,25 +541,9 @@ class TxnCoordinator:
         the partition's TMS topic name. The producer id must be the transactional id's
         (Kafka's check since KIP-890): the request's id is the one whose ACL was checked."""
         rec = self._by_pid.get(producer_id)
-        if rec is None or rec.transactional_id != transactional_id:
-            raise TxnError(
-                E.INVALID_PRODUCER_ID_MAPPING,
-                f"producer {producer_id} is not the producer of transactional id "
-                f"{transactional_id!r} (InitProducerId first)",
-            )
-        if epoch != rec.epoch:
-            raise TxnError(
-                E.INVALID_PRODUCER_EPOCH,
-                f"producer epoch {epoch} of {rec.transactional_id!r} is not the current "
-                f"epoch {rec.epoch} (fenced, or its transaction was aborted)",
-            )
-        if rec.state is not TxnState.ONGOING or topic not in rec.topics:
-            raise TxnError(
-                E.INVALID_TXN_STATE,
-                f"topic {topic!r} is not part of an open transaction of "
-                f"{rec.transactional_id!r} (AddPartitionsToTxn first)",
-            )
-        return rec.write_pointer
+        if rec is not None and rec.transactional_id != transactional_id:
+            rec = None  # another transactional id's producer
+        return producing_write_pointer(rec, transactional_id, producer_id, epoch, topic)
 
     async def write_pointer_from_store(
         self, transactional_id: str, producer_id: int, epoch: int, topic: str

@@ -21,7 +21,15 @@ from tmsgate.protocol import ErrorCode
 from tmsgate.storage import StorageError
 
 from ...errors import error_kind
-from .model import TXN_AREA, PendingOffset, TopicPartition, TxnRecord, TxnState, decode_record
+from .model import (
+    TXN_AREA,
+    PendingOffset,
+    TopicPartition,
+    TxnError,
+    TxnRecord,
+    decode_record,
+    producing_write_pointer,
+)
 
 if TYPE_CHECKING:
     from ...cluster_calls import Body, ClusterCalls
@@ -54,30 +62,12 @@ class ClusterLinks:
         broker = self.coordinator.broker
         raw = await broker.run(broker.store.get_state, TXN_AREA, row)
         if raw is None:
-            raise self._error(
+            raise TxnError(
                 E.INVALID_PRODUCER_ID_MAPPING,
                 f"transactional id {transactional_id!r} is unknown (InitProducerId first)",
             )
         rec = decode_record(transactional_id, raw)
-        if rec.producer_id != producer_id:
-            raise self._error(
-                E.INVALID_PRODUCER_ID_MAPPING,
-                f"producer {producer_id} is not the producer of transactional id "
-                f"{transactional_id!r} (InitProducerId first)",
-            )
-        if epoch != rec.epoch:
-            raise self._error(
-                E.INVALID_PRODUCER_EPOCH,
-                f"producer epoch {epoch} of {transactional_id!r} is not the current "
-                f"epoch {rec.epoch} (fenced, or its transaction was aborted)",
-            )
-        if rec.state is not TxnState.ONGOING or topic not in rec.topics:
-            raise self._error(
-                E.INVALID_TXN_STATE,
-                f"topic {topic!r} is not part of an open transaction of "
-                f"{transactional_id!r} (AddPartitionsToTxn first)",
-            )
-        return rec.write_pointer
+        return producing_write_pointer(rec, transactional_id, producer_id, epoch, topic)
 
     # --- on a group's coordinator --------------------------------------------------------------
     async def send_offsets(
@@ -101,9 +91,9 @@ class ClusterLinks:
         try:
             doc = await self.calls.to_controller("txn.offsets", body)
         except (StorageError, OSError) as exc:  # NOT_COORDINATOR while the controller moves
-            raise self._error(error_kind(exc).kafka, str(exc)) from exc
+            raise TxnError(error_kind(exc).kafka, str(exc)) from exc
         if doc.get("code"):
-            raise self._error(ErrorCode(int(doc["code"])), str(doc.get("message", "")))
+            raise TxnError(ErrorCode(int(doc["code"])), str(doc.get("message", "")))
         until = time.monotonic() + int(doc["timeoutMs"]) / 1000
         sent = self._sent.setdefault(group_id, {})
         for tp in offsets:
@@ -142,11 +132,8 @@ class ClusterLinks:
             pending = coordinator.pending_offsets(
                 tid, int(body["pid"]), int(body["epoch"]), str(body["group"])
             )
-        except Exception as exc:  # a TxnError: its code goes back
-            code = getattr(exc, "code", None)
-            if code is None:
-                raise
-            return {"code": int(code), "message": str(exc)}
+        except TxnError as exc:  # its code goes back, as TxnOffsetCommit answers it
+            return {"code": int(exc.code), "message": str(exc)}
         pending.update(offsets)
         rec = coordinator.describe(tid)
         return {"code": 0, "timeoutMs": rec.timeout_ms if rec is not None else 60_000}
@@ -177,9 +164,3 @@ class ClusterLinks:
             if node is not None and node.node_id != me:
                 body = {"group": group_id, "tid": rec.transactional_id}
                 self.calls.tell([node], "group.txn_ended", body)
-
-    @staticmethod
-    def _error(code: ErrorCode, message: str) -> Exception:
-        from .coordinator import TxnError  # the coordinator's error type; no import cycle
-
-        return TxnError(code, message)

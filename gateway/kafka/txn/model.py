@@ -26,6 +26,8 @@ import json
 import struct
 from dataclasses import dataclass, field
 
+from tmsgate.protocol import ErrorCode
+
 TXN_AREA = "kafka.txn"
 # 2: binary (below). 1: JSON, as written before; still read.
 CODEC_VERSION = 2
@@ -61,6 +63,42 @@ TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
     TxnState.COMPLETE_COMMIT: frozenset({TxnState.EMPTY, TxnState.ONGOING}),
     TxnState.COMPLETE_ABORT: frozenset({TxnState.EMPTY, TxnState.ONGOING}),
 }
+
+
+class TxnError(Exception):
+    """A request refused with a Kafka error code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def producing_write_pointer(
+    rec: TxnRecord | None, transactional_id: str, producer_id: int, epoch: int, topic: str
+) -> int:
+    """Produce: the write pointer of ``rec``'s open transaction, which a transactional
+    batch of ``producer_id`` at ``epoch`` to ``topic`` (a partition's TMS topic) is stored
+    under; TxnError with Kafka's code otherwise. The producer id must be the transactional
+    id's (Kafka's check since KIP-890): the request's id is the one whose ACL was checked."""
+    if rec is None or rec.producer_id != producer_id:
+        raise TxnError(
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+            f"producer {producer_id} is not the producer of transactional id "
+            f"{transactional_id!r} (InitProducerId first)",
+        )
+    if epoch != rec.epoch:
+        raise TxnError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"producer epoch {epoch} of {transactional_id!r} is not the current "
+            f"epoch {rec.epoch} (fenced, or its transaction was aborted)",
+        )
+    if rec.state is not TxnState.ONGOING or topic not in rec.topics:
+        raise TxnError(
+            ErrorCode.INVALID_TXN_STATE,
+            f"topic {topic!r} is not part of an open transaction of "
+            f"{transactional_id!r} (AddPartitionsToTxn first)",
+        )
+    return rec.write_pointer
 
 
 class InvalidTransition(RuntimeError):
