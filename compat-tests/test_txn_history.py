@@ -186,6 +186,8 @@ def _history() -> dict:
                     "x": "ht0.1:1",
                     "wp": 11,
                     "t": 1.5,
+                    "t_ask": 1.4,
+                    "t_got": 1.45,
                     "intent": "commit",
                     "recs": [["a", "ht0.1:1/0", "k"]],
                 },
@@ -196,6 +198,8 @@ def _history() -> dict:
                     "x": "ht0.1:2",
                     "wp": 12,
                     "t": 4.0,
+                    "t_ask": 3.9,
+                    "t_got": 3.95,
                     "intent": "abort",
                     "recs": [["b", "ht0.1:2/0", "k"]],
                 },
@@ -282,6 +286,12 @@ def _mut_eos_lost(h):
     h["final"]["rc1"]["out"] = h["final"]["rc1"]["out"][:1]
 
 
+def _mut_wp_back(h):
+    # a start asked after another was answered got a write pointer not above it (a new
+    # controller handing out pointers again)
+    h["logs"]["ht0"][0][3]["wp"] = 11
+
+
 def _mut_order(h):
     a = h["final"]["rc2"]["a"]
     a[0], a[1] = (0, a[1][1], None), (1, a[0][1], None)
@@ -302,6 +312,7 @@ def _mut_order(h):
         (_mut_eos_duplicate, "eos_duplicate"),
         (_mut_eos_lost, "eos_lost"),
         (_mut_order, "order_mismatch"),
+        (_mut_wp_back, "wp_not_increasing"),
     ],
     ids=lambda v: getattr(v, "__name__", str(v)),
 )

@@ -45,13 +45,16 @@ Checks (each a count that must be 0):
   LSO belongs to a transaction that may still have been open then (a TMS header
   transaction, or another Kafka commit in progress): tmsgate makes every topic of a
   transaction visible at one moment (not checked with --real-kafka: Kafka writes its commit
-  markers partition by partition);
+  markers partition by partition; with --cluster, counted apart as
+  lso_probe_behind_on_another_gateway: each gateway shows a commit once it learns of it);
 - duplicate: a record twice in one view (idempotence; a commit applied twice);
 - eos_duplicate: an EOS input offset twice in the output; eos_lost: an input offset below
   the group's committed offset missing from the output (or with the wrong source);
 - order_mismatch: the two final read_committed consumers disagree about a topic's
   (offset, record) sequence, a live consumer's sequence is not a prefix of the final one,
-  offsets go backwards, or one writer's records are out of order within a topic.
+  offsets go backwards, or one writer's records are out of order within a topic;
+- wp_not_increasing: a TMS write pointer not above every one whose start was answered
+  before its own start was asked (txn_history_cluster.check_write_pointers).
 
 A transaction whose commit got an error, timed out or whose writer was killed while
 committing is "unknown": all or nothing is fine, part of it is torn.
@@ -62,6 +65,10 @@ committing is "unknown": all or nothing is fine, part of it is torn.
     .venv/bin/python compat-tests/txn_history.py recheck /tmp/history       # checks again
     .venv/bin/python compat-tests/txn_history.py --bootstrap 127.0.0.1:19092 \\
         --real-kafka --duration 120                 # an Apache Kafka (no HTTP, no gateway kills)
+    .venv/bin/python compat-tests/txn_history.py --cluster 3 --duration 300   # 3 gateways
+
+``--cluster 3``: three ``tmsgate serve --cluster`` on one hbase:// store (the HBase stand-in
+by default), the controller and other gateways killed in turn; txn_history_cluster.py.
 
 Without --bootstrap it starts its own ``tmsgate serve`` (Kafka and HTTP listeners on free
 ports, LevelDB store in the work dir). Progress goes to stderr, the summary (JSON: counts,
@@ -105,6 +112,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Run as a script, this module is __main__: txn_history_cluster's `import txn_history` gets it
+sys.modules.setdefault("txn_history", sys.modules[__name__])
+
 HERE = Path(__file__).resolve().parent
 TX_HEADER = "tms.tx.write_pointer"
 NAMESPACE = "default"
@@ -123,7 +133,10 @@ COUNT_KEYS = (
     "eos_duplicate",
     "eos_lost",
     "order_mismatch",
+    "wp_not_increasing",
 )
+# how a TMS writer's transaction ended, in its log
+HTTP_ENDS = ("committed", "aborted", "commit_error", "abort_error")
 
 
 def mono() -> float:
@@ -182,6 +195,7 @@ def stop_flag() -> threading.Event:
     exits at once."""
     ev = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: ev.set())
+
     def orphan_watch() -> None:
         # stdin is a pipe from the orchestrator that nothing is written to: it reads EOF
         # when the orchestrator has gone (however it died)
@@ -469,9 +483,10 @@ def worker_plain(spec: dict) -> int:
 
 def worker_http(spec: dict) -> int:
     """TMS transactions: start over HTTP, produce with the tms.tx.write_pointer header and
-    publish over HTTP under the write pointer, then commit, or roll back and abort."""
-    import httpx
+    publish over HTTP under the write pointer, then commit, or roll back and abort. With
+    several gateways (``https``) the calls spread over them (txn_history_cluster.py)."""
     from confluent_kafka import Producer
+    from txn_history_cluster import HttpGateways
 
     rng = random.Random(spec["seed"])
     log = Log(spec["log"])
@@ -479,7 +494,7 @@ def worker_http(spec: dict) -> int:
     wid, topics = spec["id"], spec["topics"]
     pace = spec.get("pace_s", 0.05)
     commit_p = spec.get("commit_p", 0.7)
-    http = httpx.Client(base_url=spec["http"], timeout=10.0)
+    gws = HttpGateways(spec.get("https") or [spec["http"]], rng)
     errors: list = []
 
     def cb(err, msg):
@@ -504,19 +519,28 @@ def worker_http(spec: dict) -> int:
 
     def undo(x: str, wp: int, published: list) -> None:
         log("aborting", x=x, wp=wp, t=mono())
-        try:
-            for t, body in published:
-                r = http.post(
+        for t, body in published:
+            try:
+                r, _, _ = gws.post(
                     f"/v1/namespaces/{NAMESPACE}/topics/{t}/rollback",
                     content=body,
                     headers={"Content-Type": "application/json"},
                 )
                 log("rollback", x=x, tp=t, status=r.status_code, body=r.text[:200])
-            r = http.post(f"/v1/transactions/{wp}/abort")
+            except Exception as exc:  # the abort below hides them from readers all the same
+                log("rollback", x=x, tp=t, err=repr(exc))
+        try:
+            r, url, _ = gws.post(f"/v1/transactions/{wp}/abort", idempotent=True)
+            state = None
+            with contextlib.suppress(Exception):
+                state = r.json().get("state")
+            # 409 "aborted": an abort sent again after its gateway went away mid-call
+            done = r.status_code == 200 or (r.status_code == 409 and state == "aborted")
             log(
-                "aborted" if r.status_code == 200 else "abort_error",
+                "aborted" if done else "abort_error",
                 x=x,
                 wp=wp,
+                gw=url,
                 status=r.status_code,
                 body=r.text[:200],
                 t=mono(),
@@ -524,13 +548,47 @@ def worker_http(spec: dict) -> int:
         except Exception as exc:
             log("abort_error", x=x, wp=wp, err=repr(exc), t=mono())
 
+    def commit(x: str, wp: int, started_at: str) -> None:
+        log("committing", x=x, wp=wp, t=mono())
+        try:
+            # on another gateway than the start's; a 503 (no controller now) is asked again:
+            # a commit repeated answers 409 with the state when the first one got through
+            r, url, _ = gws.post(
+                f"/v1/transactions/{wp}/commit",
+                at=gws.pick(avoid=started_at),
+                idempotent=True,
+            )
+            doc: dict = {}
+            with contextlib.suppress(Exception):
+                doc = r.json()
+            state = doc.get("state")
+            if state == "committed" and r.status_code in (200, 409):
+                log("committed", x=x, wp=wp, gw=url, status=r.status_code, t=mono())
+            else:
+                log(
+                    "commit_error",
+                    x=x,
+                    wp=wp,
+                    gw=url,
+                    status=r.status_code,
+                    body=r.text[:200],
+                    t=mono(),
+                )
+        except Exception as exc:
+            log("commit_error", x=x, wp=wp, err=repr(exc), t=mono())
+
     p = make()
     seq = 0
     while not stop.is_set():
         seq += 1
         x = f"{wid}:{seq}"
         try:
-            r = http.post("/v1/transactions", json={"timeoutSeconds": HTTP_TXN_TIMEOUT_S})
+            r, started_at, t_ask = gws.post(
+                "/v1/transactions",
+                json={"timeoutSeconds": HTTP_TXN_TIMEOUT_S},
+                idempotent=True,
+            )
+            t_got = mono()
             r.raise_for_status()
             wp = int(r.json()["writePointer"])
         except Exception as exc:
@@ -544,7 +602,17 @@ def worker_http(spec: dict) -> int:
             for _ in range(rng.randint(1, 3)):
                 recs.append([t, f"{x}/{len(recs)}", rng.choice("kkh")])  # via kafka/http
         intent = "commit" if rng.random() < commit_p else "abort"
-        log("begin", x=x, wp=wp, recs=recs, intent=intent, t=mono())
+        log(
+            "begin",
+            x=x,
+            wp=wp,
+            recs=recs,
+            intent=intent,
+            t=mono(),
+            t_ask=t_ask,
+            t_got=t_got,
+            gw=started_at,
+        )
         n = len(recs)
         hdr = [(TX_HEADER, struct.pack(">q", wp))]
         errors.clear()
@@ -559,7 +627,7 @@ def worker_http(spec: dict) -> int:
                 else:
                     by_topic[t].append(v)
             for t, vals in by_topic.items():
-                r = http.post(
+                r, _, _ = gws.post(
                     f"/v1/namespaces/{NAMESPACE}/topics/{t}/publish",
                     json={"transactionWritePointer": wp, "messages": vals},
                 )
@@ -585,25 +653,7 @@ def worker_http(spec: dict) -> int:
         if intent == "abort":
             undo(x, wp, published)
         else:
-            log("committing", x=x, wp=wp, t=mono())
-            try:
-                r = http.post(f"/v1/transactions/{wp}/commit")
-                state = None
-                with contextlib.suppress(Exception):
-                    state = r.json().get("state")
-                if r.status_code == 200 and state == "committed":
-                    log("committed", x=x, wp=wp, t=mono())
-                else:
-                    log(
-                        "commit_error",
-                        x=x,
-                        wp=wp,
-                        status=r.status_code,
-                        body=r.text[:200],
-                        t=mono(),
-                    )
-            except Exception as exc:
-                log("commit_error", x=x, wp=wp, err=repr(exc), t=mono())
+            commit(x, wp, started_at)
         if pace:
             stop.wait(rng.uniform(0, pace))
     p.flush(15)
@@ -952,8 +1002,10 @@ class History:
         self.http = None if a.no_http else a.http
         self.t0 = mono()
         self.gateway_kills = 0
+        self.faults: list[dict] = []  # gateway kills: {t, node, role, ...}
         self.slots: dict[str, Slot] = {}
         self.notes: list[str] = []
+        self.problems: list[str] = []  # what makes the run fail besides the counts
         p = f"hist-{self.run_id}"
         self.topics = [f"{p}-t{i}" for i in range(a.topics)]
         self.eos_in, self.eos_out = f"{p}-eos-in", f"{p}-eos-out"
@@ -974,6 +1026,47 @@ class History:
         self.http = self.gw.http_url
         self.log(f"gateway up: kafka {self.bootstrap} http {self.http} store {self.gw.store}")
 
+    # Hooks of the cluster mode (txn_history_cluster.ClusterHistory overrides them).
+    def http_urls(self) -> list[str]:
+        return [self.http] if self.http else []
+
+    def can_kill_gateways(self) -> bool:
+        return self.gw is not None
+
+    def first_gateway_kill(self, start: float, end: float) -> float:
+        # every gateway_kill_every s on average, the first by 35% of the run
+        every = self.a.gateway_kill_every
+        return start + min(self.a.duration * 0.35, self.rng.uniform(0.6, 1.4) * every)
+
+    def next_gateway_kill(self, now: float, end: float) -> float:
+        return now + self.rng.uniform(0.6, 1.4) * self.a.gateway_kill_every
+
+    def gateway_up(self) -> None:
+        if self.gw is not None and (self.gw.proc is None or self.gw.proc.poll() is not None):
+            self.gw.start()
+
+    def final_gateway_crash(self) -> None:
+        self.kill_gateway()
+
+    def stop_gateways(self) -> None:
+        if self.gw is not None:
+            self.gw.stop()
+
+    def cleanup(self) -> None:
+        """On the way out, whatever happened: kill what runs."""
+        for s in self.slots.values():
+            if s.proc is not None and s.proc.poll() is None:
+                s.proc.kill()
+        if self.gw is not None and self.gw.proc is not None:
+            self.gw.kill9()
+        for t in (getattr(self, "live", {}) or {}).values():
+            t.halt.set()
+        if getattr(self, "probe", None) is not None:
+            self.probe.halt.set()
+
+    def cluster_stats(self) -> dict:
+        return {}
+
     def create_topics(self) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -985,7 +1078,7 @@ class History:
 
     def make_slots(self) -> None:
         a = self.a
-        base = {"bootstrap": self.bootstrap, "http": self.http}
+        base = {"bootstrap": self.bootstrap, "http": self.http, "https": self.http_urls()}
         for i in range(a.txn_writers):
             self.slots[f"tx{i}"] = Slot(
                 f"tx{i}",
@@ -1063,6 +1156,7 @@ class History:
         assert self.gw is not None
         self.gw.kill9()
         self.gateway_kills += 1
+        self.faults.append({"t": mono(), "node": 0, "role": "controller"})
         down = self.rng.uniform(0.0, 1.5)
         self.log(f"SIGKILL gateway (#{self.gateway_kills}); restarting in {down:.1f}s")
         time.sleep(down)
@@ -1074,11 +1168,7 @@ class History:
         import httpx
 
         evs = read_log(logp)
-        ended = {
-            e["x"]
-            for e in evs
-            if e["ev"] in ("committed", "aborted", "commit_error", "abort_error")
-        }
+        ended = {e["x"] for e in evs if e["ev"] in HTTP_ENDS}
         open_ = [e for e in evs if e["ev"] == "begin" and e["x"] not in ended]
         for e in open_:
             with contextlib.suppress(Exception):
@@ -1128,12 +1218,10 @@ class History:
             c.start()
         for s in self.slots.values():
             self.spawn(s)
-        can_kill_gw = self.gw is not None and not a.no_gateway_kills
+        can_kill_gw = self.can_kill_gateways() and not a.no_gateway_kills
         end = self.t0 + a.duration
         start = mono()
-        # gateway kills every gateway_kill_every s on average, the first by 35% of the run
-        first_gw = min(a.duration * 0.35, self.rng.uniform(0.6, 1.4) * a.gateway_kill_every)
-        next_gw = start + first_gw if can_kill_gw else float("inf")
+        next_gw = self.first_gateway_kill(start, end) if can_kill_gw else float("inf")
         next_wk = start + self.rng.uniform(1.0, a.writer_kill_every)
         next_report = start + 5
         # the first kills go round the kinds (transactional, EOS, HTTP, plain), then random
@@ -1154,7 +1242,7 @@ class History:
                 next_wk = now + self.rng.uniform(0.5, 1.5) * a.writer_kill_every
             if now >= next_gw and now < end - 8:
                 self.kill_gateway()
-                next_gw = mono() + self.rng.uniform(0.6, 1.4) * a.gateway_kill_every
+                next_gw = self.next_gateway_kill(mono(), end)
             if now >= next_report:
                 self.log(
                     f"live read: rc {len(self.live['rc'].records)} ru "
@@ -1321,8 +1409,7 @@ class History:
     def finish(self) -> dict:
         self.log("stopping writers")
         first = [n for n, s in self.slots.items() if s.kind != "eos"]
-        if self.gw is not None and (self.gw.proc is None or self.gw.proc.poll() is not None):
-            self.gw.start()
+        self.gateway_up()
         self.stop_slots(first)
         for n in first:
             s = self.slots[n]
@@ -1348,8 +1435,8 @@ class History:
             if not self.slots["eos"].clean_exit:
                 self.fence(self.slots["eos"].spec["txid"])
         http_states = self.resolve_http()
-        if self.gw is not None and self.a.final_crash:
-            self.kill_gateway()  # everything acknowledged must survive one more kill -9
+        if self.can_kill_gateways() and self.a.final_crash:
+            self.final_gateway_crash()  # everything acknowledged must survive a kill -9
         group_offset = self.eos_group_offset() if "eos" in self.slots else None
         self.log("final reads")
         stops = self.sentinels()
@@ -1375,8 +1462,7 @@ class History:
         for c in self.live.values():
             c.join(10)
         self.probe.join(10)
-        if self.gw is not None:
-            self.gw.stop()
+        self.stop_gateways()
 
         data = {
             "topics": self.topics,
@@ -1390,12 +1476,14 @@ class History:
             "probes": self.probe.results,
             "eos_group_offset": group_offset,
             "real_kafka": self.a.real_kafka,
+            "faults": self.faults,
+            "atomic_visibility": not self.a.cluster,
         }
         with open(self.workdir / "history.json", "w") as f:  # --recheck DIR reads it again
             json.dump(data, f, default=_jsonable)
         counts, examples, stats = check(data)
         ok = all(v == 0 for v in counts.values())
-        problems = []
+        problems = list(self.problems)
         for name, inc in incomplete.items():
             if inc:
                 problems.append(f"final {name} read did not reach the sentinel of {inc}")
@@ -1417,6 +1505,7 @@ class History:
                 "final_consumer_errors": {k: dict(v) for k, v in final_errs.items()},
                 "lso_probes": len(self.probe.results),
                 "lso_probe_errors": self.probe.errors,
+                **self.cluster_stats(),
             }
         )
         summary = {
@@ -1839,18 +1928,26 @@ def check(data: dict):
                     stats["lso_held_back_longest_s"] = max(
                         stats.get("lso_held_back_longest_s", 0), age
                     )
+                    continue
+                ex = {
+                    "view": "live-rc+lso",
+                    "txn": tx["x"],
+                    "kind": tx["kind"],
+                    "seen_in": pr["seen_tp"],
+                    "topic": t,
+                    "lso": lso,
+                    "offsets": offs,
+                    "lso_asked_after_s": round(t_q - pr["t_seen"], 4),
+                }
+                if data.get("atomic_visibility", True):
+                    bad("torn", **ex)
                 else:
-                    bad(
-                        "torn",
-                        view="live-rc+lso",
-                        txn=tx["x"],
-                        kind=tx["kind"],
-                        seen_in=pr["seen_tp"],
-                        topic=t,
-                        lso=lso,
-                        offsets=offs,
-                        lso_asked_after_s=round(t_q - pr["t_seen"], 4),
-                    )
+                    # --cluster: each gateway shows a commit when its view of the manager
+                    # learns of it (a notice, or the next snapshot): not at one moment
+                    stats["lso_probe_behind_on_another_gateway"] += 1
+                    lag = examples["visibility_lag_across_gateways"]
+                    if len(lag) < EXAMPLES_PER_CHECK:
+                        lag.append(ex)
 
     # ---- exactly-once pipeline
     if data.get("eos_in"):
@@ -1878,6 +1975,9 @@ def check(data: dict):
                     if gofs is not None and o < gofs and srcmap.get(o) != rid:
                         bad("eos_lost", view=v, input_offset=o, input=rid, output=srcmap.get(o))
                 stats["eos_group_offset"] = gofs
+    from txn_history_cluster import check_write_pointers
+
+    check_write_pointers(data, bad, stats)  # wp_not_increasing
     stats["kafka_txns"] = sum(1 for t in txns.values() if t["kind"] == "kafka")
     stats["http_txns"] = sum(1 for t in txns.values() if t["kind"] == "http")
     stats["records_final_rc1"] = sum(len(v) for v in final.get("rc1", {}).values())
@@ -1933,6 +2033,19 @@ def parse_args(argv):
     )
     ap.add_argument("--eos-catch-up-s", type=float, default=60.0)
     ap.add_argument("--gateway-arg", action="append", help="extra `tmsgate serve` argument")
+    ap.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N `tmsgate serve --cluster` gateways on one hbase:// store, the controller "
+        "and other gateways killed in turn (txn_history_cluster.py)",
+    )
+    ap.add_argument(
+        "--store-url",
+        help="with --cluster: the shared store (default: the HBase stand-in, started here)",
+    )
+    ap.add_argument("--lease-ms", type=int, default=2000, help="with --cluster: --lease-ms")
     ap.add_argument("--workdir", help="keep store, gateway log and writer logs here")
     ap.add_argument("--keep", action="store_true", help="keep the work dir even when all is 0")
     ap.add_argument("--json-out", help="also write the summary here")
@@ -1941,6 +2054,8 @@ def parse_args(argv):
         a.seed = random.randrange(1 << 31)
     if a.bootstrap and not a.http:
         a.no_http = True
+    if a.cluster and a.bootstrap:
+        ap.error("--cluster starts its own gateways: no --bootstrap")
     return a
 
 
@@ -1954,27 +2069,28 @@ def main(argv=None) -> int:
         import faulthandler
 
         faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: stacks to the .stderr file
-        return WORKERS[argv[1]](json.loads(argv[2]))
+        rc = WORKERS[argv[1]](json.loads(argv[2]))
+        sys.stdout.flush()
+        # at once: a daemon thread blocked reading stdin (orphan_watch) can make the
+        # interpreter's shutdown abort (SIGABRT) instead of exiting with rc
+        os._exit(rc)
     a = parse_args(argv)
 
     def on_term(*_):
         raise KeyboardInterrupt("SIGTERM")
 
     signal.signal(signal.SIGTERM, on_term)
-    h = History(a)
+    if a.cluster:
+        from txn_history_cluster import ClusterHistory
+
+        h: History = ClusterHistory(a)
+    else:
+        h = History(a)
     summary = None
     try:
         summary = h.run()
     finally:
-        for s in h.slots.values():
-            if s.proc is not None and s.proc.poll() is None:
-                s.proc.kill()
-        if h.gw is not None and h.gw.proc is not None:
-            h.gw.kill9()
-        for t in (getattr(h, "live", {}) or {}).values():
-            t.halt.set()
-        if getattr(h, "probe", None) is not None:
-            h.probe.halt.set()
+        h.cleanup()
     text = json.dumps(summary, indent=1, default=str)
     if a.json_out:
         Path(a.json_out).write_text(text)

@@ -55,6 +55,9 @@ from .cluster import Cluster, Node
 from .errors import ClusterCallRefused, PeerUnavailable, TransactionOwned
 
 log = logging.getLogger("tmsgate.cluster.calls")
+# httpx logs every request at INFO: ten view refreshes a second per gateway would drown
+# the gateway's own log. Its warnings and errors still show.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 PATH = "/internal/v1/cluster/"
 SECRET_HEADER = "x-tmsgate-cluster"

@@ -91,6 +91,16 @@ class PartitionWork:
             body = {"wp": wp, "committed": committed}
             self.calls.tell(list(nodes.values()), "tx.ended", body)
 
+    def tell_everyone(self, wp: int, committed: bool) -> None:
+        """A TMS transaction ended (a commit without a manifest names no topics): every
+        other live gateway hears it at once, for the same reason as tell_ended."""
+        if self.calls is None:
+            return
+        cluster = self.calls.cluster
+        others = [n for n in cluster.nodes() if n.node_id != cluster.me.node_id]
+        if others:
+            self.calls.tell(others, "tx.ended", {"wp": wp, "committed": committed})
+
     # --- answering the others --------------------------------------------------------------------
     async def _on_seal(self, body: Body) -> Body:
         topic, wp = topic_of(body["topic"]), int(body["wp"])

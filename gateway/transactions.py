@@ -201,6 +201,7 @@ class TransactionService:
             return
         self._refuse_kafka(wp)
         await asyncio.wrap_future(self._manager.commit_async(wp))
+        self._commits.partitions.tell_everyone(wp, committed=True)
         self._ended.labels("committed").inc()
 
     async def commit_publishing(self, wp: int, manifest: Manifest) -> None:
@@ -217,6 +218,7 @@ class TransactionService:
             self._store.put_states_async({(COMMIT_AREA, key): json.dumps(record).encode()})
         )  # 2
         await self._commits.run(_plan(wp, manifest), replay=False)  # 3, 4 (gateway/commits.py)
+        self._commits.partitions.tell_everyone(wp, committed=True)  # HTTP reads anywhere
         await self._forget(key)  # 5
         self._ended.labels("committed").inc()
 
@@ -255,6 +257,7 @@ class TransactionService:
             return
         self._refuse_kafka(wp)
         await asyncio.wrap_future(self._manager.abort_async(wp))
+        self._commits.partitions.tell_everyone(wp, committed=False)
         self._ended.labels("aborted").inc()
 
     async def invalidate(self, wp: int) -> None:

@@ -716,3 +716,60 @@ def test_http_lists_the_kafka_transaction(gw: GatewayThread, client: RawClient) 
         "committed"
     )
     assert values(client, topic) == [(0, b"v0")]
+
+
+def test_a_commit_stopped_after_the_tms_commit_is_finished_by_the_retry(tmp_path: Any) -> None:
+    """The group offsets of a commit fail after its TMS commit (a group's coordinator
+    moving, in a cluster): EndTxn answers COORDINATOR_NOT_AVAILABLE and librdkafka
+    retries it. The retry finds the transaction committed and carries on with the
+    offsets; it must not abort and fence (the records are visible: the input would be
+    processed twice)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from tmsgate.storage import StorageError
+
+    with gateway_thread(tmp_path) as gw:
+        failed: list[str] = []
+
+        async def fail_offsets_once(step: str) -> None:
+            if step == "offsets" and not failed:
+                failed.append(step)
+                raise StorageError("injected: the group's coordinator is moving")
+
+        gw.services.commits.before_step = fail_offsets_once
+        boot = gw.bootstrap
+        source = Producer({"bootstrap.servers": boot})
+        for i in range(5):
+            source.produce("retry-in", value=b"in-%d" % i)
+        assert source.flush(30) == 0
+        group = Consumer(
+            {
+                "bootstrap.servers": boot,
+                "group.id": "retry-group",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        group.subscribe(["retry-in"])
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5:
+            assert time.monotonic() < deadline, got
+            got += [m for m in group.consume(10, 1.0) if m.error() is None]
+        p = Producer({"bootstrap.servers": boot, "transactional.id": "retry-t", "linger.ms": 1})
+        p.init_transactions(30)
+        p.begin_transaction()
+        for m in got:
+            p.produce("retry-out", value=b"out-" + m.value())
+        p.send_offsets_to_transaction(
+            [TopicPartition("retry-in", 0, 5)], group.consumer_group_metadata(), 30
+        )
+        p.commit_transaction(30)  # retried by the client; succeeds
+        assert failed == ["offsets"]
+        check = Consumer({"bootstrap.servers": boot, "group.id": "retry-group"})
+        (committed,) = check.committed([TopicPartition("retry-in", 0)], timeout=10)
+        check.close()
+        group.close()
+        assert committed.offset == 5
+        p.begin_transaction()  # not fenced
+        p.produce("retry-out", value=b"next")
+        p.commit_transaction(30)

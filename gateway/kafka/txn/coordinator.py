@@ -50,7 +50,7 @@ from urllib.parse import quote, unquote
 
 from tmsgate.protocol import ErrorCode
 from tmsgate.storage import StorageError, TopicId, TopicNotFound, TransactionNotInProgress
-from tmsgate.storage.transactions import INCOMPLETE
+from tmsgate.storage.transactions import COMMITTED, INCOMPLETE
 
 from ...commits import CommitPlan, Commits, GroupOffsets, Part
 from ...partition_work import PartitionWork
@@ -713,6 +713,10 @@ class TxnCoordinator:
         try:
             await on_loop(self.store.decide_async(wp))
         except TransactionNotInProgress as exc:
+            if exc.state == COMMITTED:
+                # A retried EndTxn of a commit that stopped after the TMS commit (its
+                # group offsets failed): committed, so carried on, never aborted.
+                return
             raise _Undecided(exc) from exc
 
     @staticmethod
