@@ -49,8 +49,15 @@ class RowAppender:
         return st.last_ts, st.last_seq
 
     def append(
-        self, batch: Batch, st: TopicState, entries: list[Item], wp: int | None
+        self,
+        batch: Batch,
+        st: TopicState,
+        entries: list[Item],
+        wp: int | None,
+        sealed: bool = False,
     ) -> PublishResult:
+        """Rows for ``entries`` (with the t column when ``wp``; ``sealed``: held from
+        every reader until ``wp`` commits, then plain messages: keys.F_SEALED)."""
         ts, seq = self.allocate(st, len(entries))
         n = len(entries)
         if wp is None and seq + n <= keys.MAX_SEQ:
@@ -71,14 +78,14 @@ class RowAppender:
             if wp is None and type(item) is bytes:
                 value = head(_F_PAYLOAD, off, 1) + item
             elif type(item) is bytes:
-                value = keys.encode_row(off, 1, item, wp)
+                value = keys.encode_row(off, 1, item, wp, sealed=sealed)
             else:
                 payload, meta, ttl = item  # an Entry, or a plain tuple of the same shape
                 if wp is None and ttl is None and meta is not None and payload is not None:
                     # A Kafka record's row: payload and meta, no t column, no ttl; one copy.
                     value = b"".join((head_meta(_F_PAYLOAD_META, off, 1, len(meta)), meta, payload))
                 else:
-                    value = keys.encode_row(off, 1, payload, wp, meta, ttl)
+                    value = keys.encode_row(off, 1, payload, wp, meta, ttl, sealed=sealed)
             append((prefix + suffix, value))
             off += 1
         st.last_ts, st.last_seq, st.next_offset = ts, seq, off

@@ -68,6 +68,7 @@ TxArg = Transaction | int | None
 StateUpdates = Mapping[tuple[str, str], bytes | None]
 # State may depend on where the messages landed: a callable gets the PublishResult.
 StateArg = StateUpdates | Callable[[PublishResult], StateUpdates] | None
+StoredStateArg = Callable[[StoredRange], StateUpdates] | None
 Listener = Callable[[TopicId, int], None]
 # Told of every topic change once it is durable: the new metadata (generation < 0: deleted).
 TopicListener = Callable[[TopicMetadata], None]
@@ -441,8 +442,12 @@ class Store:
         items: Sequence[Item],
         tx: TxArg = None,
         state: StateArg = None,
+        sealed: bool = False,
     ) -> Future[PublishResult]:
-        """Append messages to the MessageTable (with the t column when ``tx`` is given).
+        """Append messages to the MessageTable (with the t column when ``tx`` is given;
+        ``sealed`` with it: held from every reader while the transaction is open, then
+        plain messages with no write pointer, as a Kafka transaction's records read:
+        keys.F_SEALED).
 
         With ``tx`` and no items, makes everything stored for the transaction in the
         PayloadTable visible, in place, at this moment. ``state`` updates are written in the
@@ -457,7 +462,7 @@ class Store:
             if wp is not None and not self.transactions.is_in_progress(wp):
                 raise TransactionNotInProgress(wp, self.transactions.state(wp))
             if entries:
-                return self._rows.append(batch, st, entries, wp)
+                return self._rows.append(batch, st, entries, wp, sealed)
             return self._rows.append_reference(batch, st, wp)  # type: ignore[arg-type]
 
         return self._publish(topic, append, wp, state)
@@ -696,7 +701,12 @@ class Store:
         return self.store_async(topic, items, tx).result()
 
     def store_async(
-        self, topic: TopicId, items: Sequence[Item], tx: Transaction | int, spoil: bool = False
+        self,
+        topic: TopicId,
+        items: Sequence[Item],
+        tx: Transaction | int,
+        spoil: bool = False,
+        state: StoredStateArg = None,
     ) -> Future[StoredRange]:
         """Write payloads to the PayloadTable under the transaction's write pointer; -> the
         rows written (what publish_kept_async takes to choose among several stores).
@@ -704,7 +714,9 @@ class Store:
         (TransactionManager.spoil), for a caller that answers its client before the write
         lands (a Kafka transaction's Produce). Others hear of the failure and choose."""
         entries = list(items)
-        return self._store(topic, lambda: keys.pack_messages(entries), len(entries), tx, spoil)
+        return self._store(
+            topic, lambda: keys.pack_messages(entries), len(entries), tx, spoil, state
+        )
 
     def store_kafka_batch_async(
         self,
@@ -713,6 +725,7 @@ class Store:
         count: int,
         tx: Transaction | int,
         spoil: bool = False,
+        state: StoredStateArg = None,
     ) -> Future[StoredRange]:
         """store_async for a Kafka transaction's v2 batch of ``count`` records, kept as
         sent in one PayloadTable row (keys.F_KAFKA_BATCH): its readers get each record's
@@ -723,7 +736,7 @@ class Store:
         def rows_of() -> list[tuple[int, bytes]]:  # on the writer: the copy into the row
             return [(count, keys.encode_kafka_batch_row(0, count, records))]
 
-        return self._store(topic, rows_of, count, tx, spoil)
+        return self._store(topic, rows_of, count, tx, spoil, state)
 
     def _store(
         self,
@@ -732,9 +745,12 @@ class Store:
         total: int,
         tx: Transaction | int,
         spoil: bool,
+        state: StoredStateArg = None,
     ) -> Future[StoredRange]:
         """The PayloadTable write of store_async: ``rows_of()`` gives (messages, value) per
-        row, on the writer thread; ``total`` messages in all."""
+        row, on the writer thread; ``total`` messages in all. ``state(range)``: state rows
+        written with them, in the same write (a Kafka producer's sequences, with several
+        gateways: the partition's next leader must know them to refuse a retried batch)."""
         wp = _write_pointer(tx)
         if wp is None:
             raise InvalidTransaction("store() needs a transaction")
@@ -776,8 +792,13 @@ class Store:
                 key,
                 rows - stored[3],
             )
+            written = StoredRange(wp, first[0], first[1], ts, seq, total)
+            # May refuse (StateConflict): before this op changes what ``st`` knows.
+            updates = _state_mutations(state(written)) if state is not None else None
             stored[:] = [count + total, ts, seq, rows]
-            return StoredRange(wp, first[0], first[1], ts, seq, total)
+            if updates:
+                batch.derive(st.intent_key, updates)
+            return written
 
         fut = self._writer.submit(op)
         if not spoil:
@@ -1306,11 +1327,21 @@ class Store:
             st = self._states.get(topic)
             if st is None:
                 md = self._require(topic)
-                known_wp = self.transactions.issued_high  # before any row is read
+                # Before any row is read. Several gateways: the last pointer the cluster's
+                # manager made durable, read now. Every row of the topic so far (the last
+                # leader's, or this process's before a reload) is under a pointer it had
+                # handed out, so at most this; any later pointer's rows and references are
+                # written by this leader through this state. (Unbounded instead, every
+                # commit's part would scan each salt bucket of the PayloadTable and read
+                # the reference marker: 175 Thrift calls a 6-partition commit, measured.)
+                known_wp = (
+                    self.tables.metadata.last_write_pointer()
+                    if self._shared
+                    else self.transactions.issued_high
+                )
                 st = load_state(self.tables, md, self.transactions.is_in_progress)
                 st.start_offset = self._stored_start_offset(md)
-                # Several gateways: another one may have written any write pointer.
-                st.known_wp = known_wp if not self._shared else 2**64 - 1
+                st.known_wp = known_wp
                 if st.open_tx_rows:
                     st.open_tx_rows = self._still_open(st)
                 if self._shared and topic not in self._led:

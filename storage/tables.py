@@ -144,11 +144,16 @@ class MetadataTable:
             yield key, wp, base
 
     # --- transaction state ------------------------------------------------------------------------
+    def last_write_pointer(self) -> int:
+        """The last write pointer handed out, as durable (one get): every pointer in use
+        is at most this, for the manager writes it before a pointer can be used."""
+        raw = self._backend.get(keys.TX_LAST_WP)
+        return _U64.unpack(raw)[0] if raw else 0
+
     def transaction_state(self) -> tuple[int, dict[int, int], set[int]]:
         """(last write pointer, in progress: write pointer -> expiry ms, invalid), as the rows
         hold them (transactions.py reconciles rows a partial write left)."""
-        raw = self._backend.get(keys.TX_LAST_WP)
-        last_wp = _U64.unpack(raw)[0] if raw else 0
+        last_wp = self.last_write_pointer()
         skip = len(keys.TX_IN_PROGRESS)
         in_progress = {
             _U64.unpack_from(k, skip)[0]: _U64.unpack(v)[0]

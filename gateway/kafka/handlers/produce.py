@@ -33,8 +33,10 @@ from tmsgate.protocol import (
 from tmsgate.storage import (
     KAFKA_BATCH_MAX_BYTES,
     KAFKA_BATCH_MAX_RECORDS,
+    PublishResult,
     StateConflict,
     StorageError,
+    StoredRange,
     TopicNotFound,
 )
 
@@ -90,15 +92,17 @@ def _fail(code: ErrorCode, message: str) -> Outcome:
     return Outcome(code, message=message)
 
 
-async def _duplicate(rec: BatchRecord, log_append: bool) -> Outcome:
+async def _duplicate(rec: BatchRecord, log_append: bool, transactional: bool = False) -> Outcome:
     if rec.done is not None:  # the original is still being written: answer as it is
         try:
             await asyncio.shield(rec.done)
         except Exception as exc:
             code, message = error_of(exc, "produce (duplicate of a failed batch)", FAILURES)
             return _fail(code, message)
-    if rec.transactional and rec.base_offset < 0:
-        return Outcome(ErrorCode.NONE)  # its offsets come with the commit
+    if (rec.transactional or transactional) and rec.base_offset < 0:
+        # Its offsets come with the commit (a record read back from the store, with
+        # several gateways, does not say it was transactional: the batch does).
+        return Outcome(ErrorCode.NONE)
     if rec.base_offset < 0:
         # Persisted state from an older version that did not record offsets: Kafka
         # answers the same when it lacks a batch's metadata.
@@ -355,19 +359,24 @@ async def _prepare_transactional(
     txn_wp = wp
     verdict = check(entry, batch)
     if verdict.duplicate is not None:
-        return asyncio.ensure_future(_duplicate(verdict.duplicate, False))
+        return asyncio.ensure_future(_duplicate(verdict.duplicate, False, transactional=True))
     if verdict.error:
         return _fail(verdict.error, verdict.message or verdict.error.name)
-    rec, _durable_state = broker.producers.record(key, entry, batch, info.id)  # memory only
+    rec, durable_state = broker.producers.record(key, entry, batch, info.id)
+    # One gateway: the producer's state in memory only (a restart aborts every open
+    # transaction anyway). Several: durable with the records, for the transaction goes on
+    # when the partition's leader changes, and the next leader must refuse a batch the
+    # producer sends again (its answer lost) instead of storing it twice.
+    state = None if broker.cluster is None else _sequences(durable_state)
     if broker.config.transactional_offsets == "produce":
-        return _publish_in_place(ctx, info, batch, entries, txn_wp, rec, key)
+        return _publish_in_place(ctx, info, batch, entries, txn_wp, rec, key, durable_state)
     try:
         if entries is None:
             fut = broker.store.store_kafka_batch_async(
-                info.id, batch.raw, len(batch.records), wp, spoil=True
+                info.id, batch.raw, len(batch.records), wp, spoil=True, state=state
             )
         else:
-            fut = broker.store.store_async(info.id, entries, wp, spoil=True)
+            fut = broker.store.store_async(info.id, entries, wp, spoil=True, state=state)
     except Exception as exc:
         broker.producers.failed(key, rec, exc)
         return _fail(*error_of(exc, f"produce to {info.id} in transaction {wp}", FAILURES))
@@ -400,6 +409,17 @@ async def _prepare_transactional(
     return _accepted(broker, rec, batch)
 
 
+_NO_OFFSETS = PublishResult(-1, 0, None, None, -1, None)
+
+
+def _sequences(
+    durable_state: Callable[[PublishResult], Any],
+) -> Callable[[StoredRange], Any]:
+    """A transactional batch's producer state for Store.store_async: its sequences, no
+    offsets yet (they come with the commit)."""
+    return lambda _stored: durable_state(_NO_OFFSETS)
+
+
 def _publish_in_place(
     ctx: RequestContext,
     info: TopicInfo,
@@ -408,18 +428,23 @@ def _publish_in_place(
     wp: int,
     rec: BatchRecord,
     key: str,
+    durable_state: Callable[[PublishResult], Any],
 ) -> Outcome | asyncio.Future[Outcome]:
     """``--transactional-offsets produce``: the batch's records published in place under
-    the transaction's write pointer, as a TMS transaction's are (the t column): their
-    offsets are theirs from now on, answered as Kafka answers them, and they stay held
-    from every reader until the commit (the last stable offset waits, as in Kafka), and
-    skipped for good if it aborts. The commit then has no reference to write (its part
-    finds no stored records), only the TMS commit. Answered once on disk."""
+    the transaction's write pointer, as a TMS transaction's are (the t column), sealed:
+    their offsets are theirs from now on, answered as Kafka answers them, they stay held
+    from every reader until the commit (the last stable offset waits, as in Kafka), then
+    read as plain records, and are skipped for good if it aborts. The commit then has no
+    reference to write (its part finds no stored records), only the TMS commit. Answered
+    once on disk."""
     broker = ctx.broker
     try:
         if entries is None:
             entries, _ = to_entries(batch.records, pointers_in_header=False)
-        fut = broker.store.publish_async(info.id, entries, tx=wp)
+        # Sealed: read as plain records once committed (no tms.tx.write_pointer header,
+        # which a TMS transaction's records carry), by no reader while open.
+        state = None if broker.cluster is None else durable_state  # as in the caller
+        fut = broker.store.publish_async(info.id, entries, tx=wp, state=state, sealed=True)
     except Exception as exc:
         broker.producers.failed(key, rec, exc)
         if isinstance(exc, ProtocolError):
