@@ -66,11 +66,6 @@ class NamespaceNotFound(LookupError):
         self.namespace = namespace
 
 
-class NotInCluster(RuntimeError):
-    """What a gateway does not serve yet while several share the store (``--cluster``):
-    transactions (docs/deploy.md, "Several gateways")."""
-
-
 class PeerUnavailable(StorageError):
     """Another gateway of the cluster did not answer a cluster call, or no live gateway
     holds the role asked for now (gateway/cluster_calls.py): retriable."""
@@ -96,7 +91,6 @@ _TABLE: tuple[tuple[type[BaseException], ErrorKind], ...] = (
     # Several gateways: another leads the topic now; Kafka clients refresh their metadata
     # and move, HTTP clients are told to ask again (the body names the leader's URL).
     (NotLeader, ErrorKind(ErrorCode.NOT_LEADER_OR_FOLLOWER, 421, "not_leader")),
-    (NotInCluster, ErrorKind(ErrorCode.UNSUPPORTED_VERSION, 501, "not_in_cluster")),
     # Several gateways: the controller (which runs the transaction manager) is moving, or
     # another gateway is out of reach for a moment; clients look again and retry.
     (

@@ -31,6 +31,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from gateway_harness import GatewayThread
 from tmsgate.gateway.cluster import ClusterConfig
 from tmsgate.gateway.kafka import GatewayConfig
+from tmsgate.protocol.columns import MEDIA_TYPE, RecordColumns, decode_columns, encode_columns
+from tmsgate.storage import TopicId
 from tmsgate.storage.memory import drop
 
 LEASE_MS = 1500
@@ -291,3 +293,90 @@ def test_cluster_calls_refuse_bad_input_and_strangers(gateways: list[GatewayThre
     for gw in gws:
         assert httpx.get(gw.http_url + "/readyz", timeout=30).status_code == 200
     print("slowest answer per call (s):", sorted(slow.items(), key=lambda kv: -kv[1])[:5])
+
+
+def _columns(values: list[bytes]) -> bytes:
+    n = len(values)
+    return encode_columns(
+        RecordColumns(
+            offsets=[0] * n,
+            timestamps=[-1] * n,
+            write_pointers=[0] * n,
+            keys=[None] * n,
+            values=list(values),
+            headers=[[] for _ in values],
+        )
+    )
+
+
+def test_a_keyed_commit_with_a_manifest_through_any_gateway(
+    gateways: list[GatewayThread],
+) -> None:
+    """What the Spark sink does (docs/spark.md), with its driver and executors reaching
+    different gateways: a keyed start through a gateway that is not the controller,
+    stores on each topic's leader (one of them a failed task attempt's), the commit with
+    a manifest through another, the key answering ``committed`` after. Only the kept
+    stores are read, on every gateway."""
+    gws = gateways
+    for gw in gws:
+        gw.run(gw.services.lease_round())
+    ctl = next(gw for gw in gws if gw.services.cluster.is_controller)
+    others = [gw for gw in gws if gw is not ctl]
+    first = httpx.Client(base_url=others[0].http_url, timeout=30)
+    topics = [f"sink-{i}" for i in range(4)]
+    for t in topics:
+        assert first.put(f"/v1/namespaces/default/topics/{t}").status_code == 200
+    for gw in gws:
+        gw.run(gw.services.lease_round())
+    leaders = {
+        t: next(gw for gw in gws if gw.services.store.leads(TopicId("default", t))) for t in topics
+    }
+    a, b = topics[0], next(t for t in topics[1:] if leaders[t] is not leaders[topics[0]])
+    key = "spark/query-1/sink/7"
+    started = first.post("/v1/transactions", json={"key": key, "timeoutSeconds": 120})
+    assert started.status_code == 200, started.text
+    wp = started.json()["writePointer"]
+
+    def store(topic: str, values: list[bytes]) -> dict[str, int]:
+        resp = httpx.post(
+            f"{leaders[topic].http_url}/v1/namespaces/default/topics/{topic}/store",
+            content=_columns(values),
+            headers={"content-type": MEDIA_TYPE, "x-transaction-write-pointer": str(wp)},
+            timeout=30,
+        )
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    kept_a = [store(a, [b"a1", b"a2"])]
+    store(a, [b"failed-attempt"])
+    kept_a.append(store(a, [b"a3"]))
+    manifest = {
+        "publish": [
+            {"topic": a, "stored": kept_a},
+            {"topic": b, "stored": [store(b, [b"b1"])]},
+        ]
+    }
+    again = httpx.post(others[1].http_url + "/v1/transactions", json={"key": key}, timeout=30)
+    assert again.json()["writePointer"] == wp  # the key's transaction, from any gateway
+    done = httpx.post(
+        f"{others[1].http_url}/v1/transactions/{wp}/commit", json=manifest, timeout=30
+    )
+    assert done.status_code == 200, done.text
+    after = first.post("/v1/transactions", json={"key": key})
+    assert after.json()["writePointer"] == wp and after.json()["state"] == "committed", after.text
+    for gw in gws:
+        for topic, want in ((a, [b"a1", b"a2", b"a3"]), (b, [b"b1"])):
+            deadline = time.monotonic() + 30
+            while True:
+                resp = httpx.post(
+                    f"{gw.http_url}/v1/namespaces/default/topics/{topic}/read",
+                    json={"offset": 0, "isolation": "read_committed"},
+                    timeout=30,
+                )
+                assert resp.status_code == 200, resp.text
+                got = decode_columns(resp.content).values
+                if got:
+                    break
+                assert time.monotonic() < deadline, (gw.bootstrap, topic)
+                time.sleep(0.05)
+            assert got == want, (gw.bootstrap, topic, got)
