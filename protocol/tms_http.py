@@ -438,7 +438,10 @@ class _Fields:
                     f"as a bare value or an object with one key of {list(branches[:-1])}; "
                     f"got an object with keys {sorted(value)[:5]}"
                 )
-            return next(iter(value.items()))
+            branch, inner = next(iter(value.items()))
+            if inner is None:  # {"long": null}: a branch named, then no value in it
+                raise BodyError(f"{self.record}.{field}: the {branch!r} branch needs a value")
+            return branch, inner
         if type(value) is str and "bytes" in branches:
             return "bytes", value
         if type(value) is int:

@@ -301,6 +301,12 @@ def test_json_publish_response_bare_pointer() -> None:
             "an object with one key of ['long']; got an object with keys ['int']",
         ),
         (
+            # a branch named with no value in it (the HTTP fuzz's find, CI of 2026-11-29)
+            "publish_request",
+            b'{"transactionWritePointer": {"long": null}, "messages": []}',
+            "PublishRequest.transactionWritePointer: the 'long' branch needs a value",
+        ),
+        (
             "publish_request",
             b'{"transactionwritepointer": 5, "messages": []}',
             "PublishRequest: unknown field 'transactionwritepointer'",
