@@ -27,7 +27,7 @@ The calls, by where they run:
 
 Each call shows the cluster's secret (Cluster.shared_secret: a row of the store, so only
 a process that can read the store can call). A refusal comes back as the same error the
-callee raised (``ClusterCallRefused.rebuild``); a gateway that does not answer is
+callee raised (``rebuild``); a gateway that does not answer is
 ``PeerUnavailable``, a StorageError: Kafka clients get a retriable code, HTTP clients 503.
 """
 

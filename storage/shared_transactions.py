@@ -95,7 +95,6 @@ class SharedTransactions:
         self._invalid: frozenset[int] = frozenset()
         self._committed_above: set[int] = set()  # told committed, above the read pointer
         self._may_expire = False
-        self.snapshots_applied = 0
 
     # --- leadership --------------------------------------------------------------------------
     def lead(self, until_ms: int) -> bool:
@@ -158,7 +157,6 @@ class SharedTransactions:
             self._in_progress = {wp: expiries.get(wp, 0) for wp in snapshot.in_progress}
             self._invalid = snapshot.invalid
             self._committed_above = {w for w in self._committed_above if w > self._read_pointer}
-            self.snapshots_applied += 1
         self._finished(ended)
 
     def ended(self, wp: int, committed: bool) -> None:
