@@ -95,9 +95,12 @@ def _config(args: argparse.Namespace) -> object:
     adv_host = adv_port = None
     if args.kafka_advertised:
         adv_host, adv_port = parse_address(args.kafka_advertised, "--kafka-advertised")
+    from tmsgate.gateway.workers import inherited_listeners
+
     return GatewayConfig(
         host=host,
         port=port,
+        listen_fds=inherited_listeners().get("kafka", ()),
         advertised_host=adv_host,
         advertised_port=adv_port,
         namespace=args.namespace,
@@ -200,6 +203,7 @@ def _tune_malloc() -> None:
 
 def _serve_config(args: argparse.Namespace) -> object:
     from tmsgate.gateway.services import ServeConfig
+    from tmsgate.gateway.workers import inherited_listeners
 
     http = None
     if not args.no_http:
@@ -215,6 +219,7 @@ def _serve_config(args: argparse.Namespace) -> object:
             tls_key=args.http_tls_key,
             auth_required=args.http_auth == "required",
             advertised_url=_http_url(args.http_advertised),
+            listen_fds=inherited_listeners().get("http", ()),
         )
         if bool(args.http_tls_cert) != bool(args.http_tls_key):
             raise SystemExit("--http-tls-cert and --http-tls-key go together")
@@ -243,9 +248,14 @@ def _serve_config(args: argparse.Namespace) -> object:
     )
 
 
-def serve_command(args: argparse.Namespace) -> int:
+def serve_command(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
+    from tmsgate.gateway import workers
     from tmsgate.gateway.services import serve
     from tmsgate.gateway.tls import TlsConfigError
+
+    if args.workers > 1:
+        return workers.supervise(args, argv)
+    workers.die_with_parent()
 
     try:
         config = _serve_config(args)
@@ -278,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     if args.command == "serve":
-        return serve_command(args)
+        return serve_command(args, sys.argv[1:] if argv is None else argv)
     if args.command == "groups":
         return groups_cli.run(args)
     if args.command == "migrate":
@@ -288,10 +298,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "users":
         return users_cli.run(args)
     return inspect_cli.run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def _http_url(url: str | None) -> str | None:
@@ -306,3 +312,7 @@ def _http_url(url: str | None) -> str | None:
             f"--http-advertised {url!r}: an http:// or https:// URL with a host and no path"
         )
     return url.rstrip("/")
+
+
+if __name__ == "__main__":  # how `serve --workers` starts each worker
+    sys.exit(main())

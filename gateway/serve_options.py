@@ -116,6 +116,26 @@ class _Options:
 _METAVARS: dict[Any, str] = {int: "N", float: "X"}
 
 
+def _worker_count(value: str) -> int:
+    """--workers: a count of at least 1, or ``auto`` (one per core this process may use)."""
+    if value.strip().lower() == "auto":
+        return max(
+            1,
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1,
+        )
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(
+            f"--workers {value!r} (or TMSGATE_WORKERS): a count of at least 1, or auto"
+        )
+    return count
+
+
 def _metavar(flag: str) -> str:
     if flag.endswith("-listen") or flag.endswith("-advertised"):
         return "HOST:PORT"
@@ -336,6 +356,16 @@ def _security(s: argparse.ArgumentParser) -> None:
 
 def _cluster(s: argparse.ArgumentParser) -> None:
     o = _Options(s, "cluster", "several gateways on one shared store (docs/deploy.md)")
+    o.add(
+        "--workers",
+        "TMSGATE_WORKERS",
+        "1",
+        "gateway processes over a leveldb:// store, for more cores: 1 is one process; N "
+        "runs N workers (a cluster on one machine, the parent owning the store: "
+        "docs/architecture.md); auto: one per core",
+        type_=_worker_count,
+        metavar="N|auto",
+    )
     o.switch(
         "--cluster",
         "TMSGATE_CLUSTER",

@@ -47,7 +47,7 @@ from .kafka.groups import GroupError
 from .kafka.metrics import Metrics
 from .kafka.server import KafkaServer
 from .partition_work import PartitionWork
-from .transactions import TransactionService
+from .transactions import VIEW_WAIT_S, TransactionService
 
 if TYPE_CHECKING:
     from .http.config import HttpConfig
@@ -298,13 +298,17 @@ class Services:
     async def _follow_transaction_manager(self) -> None:
         """Not the controller: this gateway's view of the transaction manager, refreshed
         every VIEW_REFRESH_S (a commit's partitions hear of it at once; this is for the
-        rest: TMS commits, aborts, timeouts)."""
+        rest: TMS commits, aborts, timeouts). Each refresh is a long poll (answered once
+        the snapshot changed, or after a second), so this asks at most every
+        VIEW_REFRESH_S while transactions change, and about once a second when idle."""
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(VIEW_REFRESH_S)
+            started = loop.time()
             try:
-                await self.transactions.refresh_view()
+                await self.transactions.refresh_view(VIEW_WAIT_S)
             except Exception as exc:  # the controller moving: readers wait a little longer
                 log.debug("refreshing the view of the transaction manager failed: %s", exc)
+            await asyncio.sleep(max(0.0, VIEW_REFRESH_S - (loop.time() - started)))
 
     async def _keep_leases(self) -> None:
         assert self.cluster is not None

@@ -80,6 +80,10 @@ MAX_KEY_LENGTH = 255
 # A Spark sink asks for a batch's key again only when it replays that batch: after a
 # crash, within the query's restart. A week covers any restart an operator makes.
 KEY_RETENTION_MS = 7 * 86_400_000
+# Several gateways: how long the controller holds a view refresh whose snapshot has not
+# changed (refresh_view), and how often it looks again meanwhile.
+VIEW_WAIT_S = 1.0
+VIEW_POLL_S = 0.01
 
 Manifest = Sequence[tuple[TopicId, Sequence[StoredRange]]]
 
@@ -115,6 +119,7 @@ class TransactionService:
         self._store = store
         self._manager = store.transactions
         self._calls = calls
+        self._seen_snapshot: str | None = None  # the controller's last snapshot applied here
         self._commits = commits or Commits(store, PartitionWork(store))
         self._kafka_owner = kafka_owner
         if calls is not None:
@@ -310,15 +315,18 @@ class TransactionService:
 
     def apply_snapshot(self, doc: Body) -> None:
         txm = self._manager
+        self._seen_snapshot = str(doc["tx"])
         if isinstance(txm, SharedTransactions):
             expiries = {int(wp): int(ms) for wp, ms in doc["expiries"].items()}
             txm.apply(decode_transaction(unb64(doc["tx"])), expiries)
 
-    async def refresh_view(self) -> None:
-        """This gateway's view from the controller's manager (a follower, every few tens of
-        milliseconds: gateway/services.py)."""
+    async def refresh_view(self, wait_s: float = 0.0) -> None:
+        """This gateway's view from the controller's manager (a follower: gateway/services.py).
+        With ``wait_s``, a long poll: the controller answers once its snapshot differs
+        from the one this gateway last applied, or after ``wait_s`` (at most VIEW_WAIT_S)
+        unchanged, so an idle cluster makes a call a second instead of ten."""
         if self._forwarded():
-            await self._ask("tx.snapshot", {})
+            await self._ask("tx.snapshot", {"since": self._seen_snapshot, "waitS": wait_s})
 
     def _call_handlers(self) -> dict[str, Callable[[Body], Awaitable[Body]]]:
         """The ``tx.*`` cluster calls this service answers on the controller: each runs
@@ -367,6 +375,12 @@ class TransactionService:
             return {"state": self.state(int(body["wp"]))}
 
         async def snapshot(body: Body) -> Body:
+            since = body.get("since")
+            loop_time = asyncio.get_running_loop().time
+            deadline = loop_time() + min(float(body.get("waitS") or 0), VIEW_WAIT_S)
+            while since is not None and loop_time() < deadline and since == self._current():
+                await asyncio.sleep(VIEW_POLL_S)
+                self._manager_or_refuse()  # still the controller, or the caller asks anew
             return {}
 
         calls = {
@@ -380,6 +394,9 @@ class TransactionService:
             "snapshot": snapshot,
         }
         return {f"tx.{name}": answer(run) for name, run in calls.items()}
+
+    def _current(self) -> str:
+        return b64(encode_transaction(self._manager.snapshot()))
 
     def _manager_or_refuse(self) -> None:
         txm = self._manager

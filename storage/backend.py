@@ -85,6 +85,7 @@ _ENGINES: dict[str, tuple[str, str, str | None]] = {
     "leveldb": ("tmsgate.storage.leveldb", "open_url", None),
     "memory": ("tmsgate.storage.memory", "open_url", None),
     "hbase": ("tmsgate.storage.hbase", "open_url", "hbase"),
+    "served": ("tmsgate.storage.served", "open_url", None),
 }
 
 

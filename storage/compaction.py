@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -183,6 +184,10 @@ class _Row:
         return self.loaded
 
 
+class _Stopped(Exception):
+    """The store is closing: the cleaner's pass ends at its next pause."""
+
+
 class Cleaner:
     """Compacts the store's compacted topics; run by the janitor's thread, so it never
     races the janitor's deletes. ``rewritten(topic)`` is told after rows changed (caches
@@ -203,6 +208,12 @@ class Cleaner:
         # Per topic: (generation, the dirty rows a survey read), see _survey.
         self._surveyed: dict[TopicId, tuple[int, list[tuple[int, int, int]]]] = {}
         self._slice_started = time.perf_counter()
+        # Set by stop(): a pass ends at its next pause (every step is atomic per row, so a
+        # pass left half done is what a kill leaves, and the next run carries on).
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
 
     def _pace(self) -> None:
         """Called between rows: after each slice of work, sleep so that the cleaner works
@@ -211,8 +222,10 @@ class Cleaner:
         worked = time.perf_counter() - self._slice_started
         if worked < PACE_SLICE_S:
             return
-        if share < 1.0:
-            time.sleep(worked * (1.0 - share) / max(share, 0.01))
+        if share < 1.0 and self._stopping.wait(worked * (1.0 - share) / max(share, 0.01)):
+            raise _Stopped
+        if self._stopping.is_set():
+            raise _Stopped
         self._slice_started = time.perf_counter()
 
     # --- one run over every compacted topic ------------------------------------------------
@@ -225,6 +238,9 @@ class Cleaner:
                 removed, reclaimed = self.clean(md)
             except TopicNotFound:
                 continue  # deleted meanwhile
+            except _Stopped:
+                log.info("cleaner stopped mid-pass (the store is closing)")
+                break
             if removed or reclaimed:
                 totals["compacted_topics"] += 1
                 totals["messages_removed"] += removed

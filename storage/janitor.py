@@ -112,6 +112,8 @@ class Janitor:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._cleaner is not None:
+            self._cleaner.stop()  # a long cleaning pass ends at its next pause
         self._thread.join()
 
 

@@ -95,18 +95,27 @@ def start_for_offset(backend: Backend, st: TopicState, offset: int) -> ScanStart
             return ScanStart(st.msg_prefix, skip_below_offset=offset)
         key, value = found
         return ScanStart(key, skip_below_offset=offset, first=value)
-    prefix, plen = st.msg_prefix, len(st.msg_prefix)
+    key = find_offset_row(backend, st.msg_prefix, offset)
+    return ScanStart(st.msg_prefix if key is None else key, skip_below_offset=offset)
+
+
+def find_offset_row(backend: Backend, prefix: bytes, offset: int) -> bytes | None:
+    """start_for_offset's search over the rows of ``prefix``: the key of the last row
+    whose base offset is at most ``offset``, or None to start at the first row (none
+    starts below the offset). Also run by the owner of a served:// store (served.py),
+    so that a worker's search is one call instead of a call per probe."""
+    plen = len(prefix)
     end = keys.prefix_end(prefix)
     first = _row_at(backend, prefix, end)
     if first is None or first[1] >= offset:
-        return ScanStart(prefix, skip_below_offset=offset)
+        return None
     last = None
     for key, value in backend.scan(prefix, end, reverse=True):
         last = (key, keys.ROW_HEAD.unpack_from(value)[1])
         break
     assert last is not None
     if last[1] <= offset:
-        return ScanStart(last[0], skip_below_offset=offset)
+        return last[0]
     # Row keys as integers (ts << 16 | seq). Invariant: the row holding the offset is at
     # key lo or later, and before hi; lo is a row with base <= offset.
     lo, lo_base = _key_int(first[0], plen), first[1]
@@ -126,7 +135,7 @@ def start_for_offset(backend: Backend, st: TopicState, offset: int) -> ScanStart
             lo, lo_base = _key_int(found[0], plen), found[1]
         else:
             hi, hi_base = guess, found[1]  # rows from guess on start above the offset
-    return ScanStart(prefix + _int_key(lo), skip_below_offset=offset)
+    return prefix + _int_key(lo)
 
 
 def _row_at(backend: Backend, start: bytes, end: bytes) -> tuple[bytes, int] | None:

@@ -61,8 +61,12 @@ def main() -> None:
         topic_partitions=partitions,
         topic_replication_factor=1,
         broker_commit_interval=0.5,
-        broker_session_timeout=6.0,
-        broker_heartbeat_interval=1.0,
+        # Roomy, so a worker starved of CPU (2 cores, the suite beside it) is not taken for
+        # dead: a rebalance mid-run seeks back to the committed offsets and faust, at least
+        # once, counts records again. A stopped worker leaves the group (SIGTERM), so the
+        # restart does not wait for this.
+        broker_session_timeout=30.0,
+        broker_heartbeat_interval=3.0,
         broker_request_timeout=30.0,
         web_enabled=False,
         consumer_auto_offset_reset="earliest",

@@ -23,3 +23,6 @@ class HttpConfig:
     # What other gateways of a cluster call this one at, and what 421 answers name
     # (--http-advertised); None: the scheme, the Kafka advertised host and the port.
     advertised_url: str | None = None
+    # Listening sockets handed down by `serve --workers` (gateway/workers.py): this
+    # worker's own (the other workers call it there), then the shared public one.
+    listen_fds: tuple[int, ...] = ()

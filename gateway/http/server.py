@@ -90,7 +90,11 @@ class HttpServer:
         cfg = self.config
         if cfg.tls_cert or cfg.tls_key:
             check_tls(cfg)
-        sock = bind(cfg.host, cfg.port)
+        if cfg.listen_fds:  # a worker of `serve --workers`: its own socket, then the shared
+            socks = [socket.socket(fileno=fd) for fd in cfg.listen_fds]
+        else:
+            socks = [bind(cfg.host, cfg.port)]
+        sock = socks[0]
         self.address = sock.getsockname()[:2]
         server = _EmbeddedServer(
             uvicorn.Config(
@@ -111,12 +115,13 @@ class HttpServer:
             )
         )
         self._server = server
-        self._task = asyncio.ensure_future(server.serve(sockets=[sock]))
+        self._task = asyncio.ensure_future(server.serve(sockets=socks))
         listening = asyncio.ensure_future(server.listening.wait())
         await asyncio.wait({self._task, listening}, return_when=asyncio.FIRST_COMPLETED)
         if not server.listening.is_set():
             listening.cancel()
-            sock.close()
+            for each in socks:
+                each.close()
             await self._task  # raises what stopped it
             raise RuntimeError("the HTTP server stopped before it listened")
         log.debug("HTTP API on %s://%s:%d", self.scheme, *self.address)

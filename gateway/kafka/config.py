@@ -47,6 +47,10 @@ class GatewayConfig:
     port: int = 9092
     advertised_host: str | None = None  # what Metadata tells clients; default: host
     advertised_port: int | None = None
+    # Listening sockets handed down by `serve --workers` (gateway/workers.py) instead of
+    # binding host:port: this worker's own (the address Metadata gives), then the shared
+    # one every worker accepts on (where clients bootstrap).
+    listen_fds: tuple[int, ...] = ()
     namespace: str = "default"
     auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
     default_partitions: int = 1  # Kafka's num.partitions: auto-created topics, and -1

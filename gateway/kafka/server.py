@@ -33,6 +33,7 @@ class KafkaServer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._server: asyncio.Server | None = None
+        self._shared: list[asyncio.Server] = []  # `serve --workers`: the bootstrap port
         self._drivers: set[ConnectionDriver] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._handshakes: set[asyncio.Task[None]] = set()
@@ -45,13 +46,21 @@ class KafkaServer:
         cfg = self.broker.config
         loop = asyncio.get_running_loop()
         self._tls = tls.listener_context(cfg)  # raises TlsConfigError before listening
-        self._server = await loop.create_server(
-            self._protocol,
-            cfg.host,
-            cfg.port,
-            backlog=1024,
-            reuse_address=True,
-        )
+        if cfg.listen_fds:  # a worker of `serve --workers`: its own socket, then the shared
+            own, *shared = (socket.socket(fileno=fd) for fd in cfg.listen_fds)
+            self._server = await loop.create_server(self._protocol, sock=own, backlog=1024)
+            for sock in shared:
+                self._shared.append(
+                    await loop.create_server(self._protocol, sock=sock, backlog=1024)
+                )
+        else:
+            self._server = await loop.create_server(
+                self._protocol,
+                cfg.host,
+                cfg.port,
+                backlog=1024,
+                reuse_address=True,
+            )
         host, port = self._server.sockets[0].getsockname()[:2]
         self.address = (host, port)
         advertised = cfg.host
@@ -148,6 +157,8 @@ class KafkaServer:
         then close every connection."""
         if self._server is not None:
             self._server.close()
+        for server in self._shared:
+            server.close()
         for task in list(self._handshakes):
             task.cancel()  # start_tls closes the socket
         self.broker.begin_shutdown()
@@ -167,6 +178,8 @@ class KafkaServer:
             d.abort()
         if self._server is not None:
             await self._server.wait_closed()
+        for server in self._shared:
+            await server.wait_closed()
 
 
 class _TlsAccept(asyncio.Protocol):

@@ -1,17 +1,5 @@
 """faust-streaming (aiokafka driver) Table restore from its changelog against a live gateway.
 
-A manual check, not collected by the suite (run the file by name:
-`.venv/bin/pytest compat-tests/faust_changelog_check.py`). It passes on its own, but under
-load (a full CI run, or other tests beside it) the restarted worker can drop one input
-record and count another twice. Traced with ``TMSGATE_FAUST_TRACE=1`` (faust_counter.py
-then logs aiokafka's fetches and seeks; a failure here reports the inputs without an
-output, the doubled ones and the group's offsets): faust resumes its flow before it
-restores the table, so the input partitions are fetched from the committed offsets
-(960, 1040) while the changelog is still being read; once the restore completes, faust
-seeks them back to the committed offsets and the gateway sends the same records again
-(same offsets, same bytes). What faust had taken from the first delivery is partly
-processed: faust's recovery race (faust-streaming issues #216 and #48), not the gateway's.
-
 `streams_apps/faust_counter.py` counts the records per key of an input topic (2 partitions)
 in a faust Table backed by the compacted changelog topic ``<app>-counts-changelog`` (faust
 creates it, and ``<app>-__assignor-__leader``, with its own CreateTopics request to the
@@ -19,19 +7,34 @@ Metadata controller, ``cleanup.policy=compact``), with the in-memory store: noth
 survives a restart. For every input record it sends the key's new count to an output topic.
 The consumer group uses faust's own assignor (protocol "faust").
 
-The test feeds 2,000 keyed records over 50 keys, runs the worker until all 2,000 outputs are
-there, checks the changelog (DescribeConfigs: compact; read_committed: the last value of
-every key is its count), stops the worker (SIGTERM), deletes its data directory, feeds 1,000
-more records and starts a new worker: it must restore the table from the changelog, so every
-key's outputs over both runs are exactly 1, 2, ..., n, n its number of input records.
+The test starts the worker, feeds 2,000 keyed records over 50 keys, waits for all 2,000
+outputs, stops the worker (SIGTERM, exit code 0; the group's committed offsets must then be
+the inputs' end), checks the changelog (DescribeConfigs: compact; read_committed: the last
+value of every key is its count), deletes the worker's
+data directory and starts a new worker: it must restore the table from the changelog. Then
+1,000 more records, and every key's outputs over both runs must be exactly 1, 2, ..., n, n
+its number of input records.
 
-The app runs under TMSGATE_COMPAT_FAUST_PYTHON when set, else under the suite's Python.
+Each batch is produced only once the worker has logged "Worker ready" (in run 2: after
+"Restore complete!"), so no input is waiting while faust recovers. faust resumes fetching
+the input partitions before its restore ends, processes part of what came, then seeks back
+to the committed offsets and is sent the same records again: with inputs waiting at the
+restart, one input record was dropped and another counted twice under load (traced with
+``TMSGATE_FAUST_TRACE=1``, which makes faust_counter.py log aiokafka's fetches and seeks;
+identical offsets and bytes from the gateway both times). That is faust's recovery race
+(faust-streaming issues #216 and #48), not the gateway's; docs/compatibility.md. A failure
+here reports the inputs without an output, the doubled ones and the group's offsets.
+
+faust-streaming is in the suite's test dependencies (pyproject.toml); the app runs under
+TMSGATE_COMPAT_FAUST_PYTHON when set, else under the suite's Python. Without faust the test
+skips, and fails when CI is set.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import pytest
 from compat_helpers import unavailable
@@ -54,6 +57,7 @@ FIRST = 2000
 SECOND = 1000
 PARTITIONS = 2
 RUN_TIMEOUT_S = 90.0  # generous: faust handles records one by one, slower under load
+READY_TIMEOUT_S = 90.0  # a worker's start: join, assignment, (run 2) the table's restore
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +86,39 @@ def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     try:
         tps = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
         return {tp.partition: tp.offset for tp in tps}
+    finally:
+        c.close()
+
+
+def _wait_ready(app: App, after: str | None = None) -> None:
+    """Wait until the current run has logged "Worker ready" (after the line `after` when
+    given): faust then processes its assignment, its restore (if any) over.
+
+    faust logs it at the end of a rebalance's recovery; the test produces only then, so no
+    input record is waiting while faust recovers (its race: the module's docstring)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        out = app.run_output()
+        start = 0 if after is None else out.find(after)
+        if start >= 0 and "Worker ready" in out[start:]:
+            return
+        what = '"Worker ready"' + (f" after {after!r}" if after else "")
+        assert app.alive(), f"waiting for {what}: the worker exited\n{app.describe()}"
+        assert time.monotonic() < deadline, (
+            f"no {what} within {READY_TIMEOUT_S:.0f}s\n{app.describe()}"
+        )
+        time.sleep(0.2)
+
+
+def _high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "compat-faust-watermarks"})
+    try:
+        return {
+            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(PARTITIONS)
+        }
     finally:
         c.close()
 
@@ -123,7 +160,6 @@ def test_table_restored_from_changelog(faust_available, private_gateway, topic_n
     changelog = f"{app_id}-counts-changelog"
     create_topics(bs, {in_topic: PARTITIONS, out_topic: 1})
     first, second = _records(0, FIRST), _records(FIRST, SECOND)
-    produce(bs, in_topic, first)
 
     data_dir = tmp_path / "faust-data"
     app = App(
@@ -136,6 +172,8 @@ def test_table_restored_from_changelog(faust_available, private_gateway, topic_n
     committed_at_stop = None
     try:
         app.start()
+        _wait_ready(app)
+        produce(bs, in_topic, first)
         reader.wait(
             lambda: len(reader.data()) >= FIRST, RUN_TIMEOUT_S, f"{FIRST} outputs (run 1)", app
         )
@@ -158,10 +196,21 @@ def test_table_restored_from_changelog(faust_available, private_gateway, topic_n
             f"{sorted(set(last.items()) ^ set(_counts(first).items()))[:10]}"
         )
 
+        # Nothing local to restore from: the table must come from the changelog.
         shutil.rmtree(data_dir, ignore_errors=True)
         committed_at_stop = _committed(bs, app_id, in_topic)
-        produce(bs, in_topic, second)
+        ends = _high_watermarks(bs, in_topic)
+        assert committed_at_stop == ends, (
+            f"after SIGTERM the group committed {committed_at_stop}, not the inputs' end {ends}"
+            ": run 2 would start with inputs waiting (faust's race, the module's docstring)"
+        )
         app.start()
+        _wait_ready(app, after="Restore complete!")
+        run2 = app.run_output()
+        assert "Restoring state from changelog topics" in run2, (
+            f"run 2 did not restore the table from {changelog}:\n{run2[-4000:]}"
+        )
+        produce(bs, in_topic, second)
         total = FIRST + SECOND
         reader.wait(
             lambda: len(reader.data()) >= total,
@@ -169,8 +218,6 @@ def test_table_restored_from_changelog(faust_available, private_gateway, topic_n
             f"{total} outputs (run 2 after restoring the table)",
             app,
         )
-        run2 = app.run_output()
-        assert "Restore complete" in run2, f"run 2 logged no table restore:\n{run2[-4000:]}"
         rc = app.stop()
         reader.read_to_end(bs)
         check_running_counts(outputs_of(reader), _counts(first + second), "faust table counts")

@@ -1,0 +1,680 @@
+"""A store one process owns, reached by the others over a Unix socket (``served://``).
+
+``tmsgate serve --workers N`` (gateway/workers.py) runs N gateway processes over one
+LevelDB store. LevelDB is one process's (it locks its directory), so the parent process
+opens it and serves it here, and each worker opens ``served:///path/to/socket``: the
+same small interface as every backend (backend.py), one request and one answer at a
+time on a connection of its own per thread.
+
+Why the row interface and not the Store's: the Store's rules (one writer per topic,
+offsets, transactions, leases) then need nothing new. The workers are the gateways of a
+cluster (gateway/cluster.py) on a shared store, exactly as on HBase, and the owner only
+stores rows. What the owner adds is group commit: writes that arrive together from
+several workers become one LevelDB batch and one fsync (``GroupCommit``), so N workers
+do not pay N fsyncs where one process paid one.
+
+The wire (every integer big-endian; a request or an answer is ``u32 length`` + body):
+
+    request  = op(u8) fields...          answer = status(u8: 0 ok, 1 error) fields...
+    bytes    = len(u32) data             optional bytes: len 0xFFFFFFFF is None
+    HELLO    pid(u32)                 -> the owner's store path (bytes)
+    WRITE    sync(u8) n(u32) n x (key, optional value)            -> nothing
+    PHASES   sync(u8) phases(u32) phases x (n(u32) n x mutation)  -> nothing
+    CAS      key, optional expected, optional value               -> won(u8)
+    GET      key                                                  -> optional value
+    SCAN     start, stop, flags(u8: 1 reverse, 2 include start), limit(u32)
+                                            -> more(u8) n(u32) n x (key, value)
+    KEYS     start, stop, limit(u32)        -> more(u8) n(u32) n x key
+    GC       (nothing)                      -> JSON object of counts (bytes)
+    SEEK     prefix, offset(u64)            -> found(u8) [key, optional value]
+    error                                   -> message (bytes, UTF-8)
+
+A scan comes in chunks (the first small, each next larger, up to ``SCAN_ROWS_MAX``), each
+continuing after the last key of the one before, so a caller that stops early reads
+little; rows are as they were at some moment during the scan, which is what the contract
+promises anyway. Batches of phases become one LevelDB batch: atomic is stronger than
+ordered (backend.py).
+
+The socket is made in a directory only the owner's user may enter (0700); the decoder
+refuses anything malformed with an error answer and keeps the connection's thread alive
+for the next request (tests/test_served_backend.py fuzzes it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
+
+from .backend import Backend, Mutation
+from .errors import BackendError
+from .reader import find_offset_row
+
+log = logging.getLogger("tmsgate.served")
+
+HELLO, WRITE, PHASES, CAS, GET, SCAN, KEYS, GC, SEEK = range(1, 10)
+OK, ERROR = 0, 1
+NONE = 0xFFFFFFFF
+MAX_FRAME = 1 << 30  # a frame longer than this is refused: no row batch is that large
+SCAN_ROWS_FIRST = 32
+SCAN_ROWS_MAX = 4096
+SCAN_BYTES_MAX = 4 << 20
+# Socket buffers large enough for a scan's chunk or a busy topic's write in a few system
+# calls (Linux caps them at net.core.[rw]mem_max; the default left ~200 KiB per call).
+SOCKET_BUFFER = 4 << 20
+
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+# The lengths in a list of keys or rows: this machine's own 32-bit order (the socket is
+# local), so an array converts them in one step each way.
+LENGTH = array("I")
+assert LENGTH.itemsize == 4, "array('I') must be 32 bits"
+
+
+class Malformed(ValueError):
+    """A request or answer that does not follow the wire format."""
+
+
+# --- the codec (pure: bytes in, values out) -------------------------------------------------
+
+
+def encode_bytes(data: bytes | None) -> bytes:
+    return _U32.pack(NONE) if data is None else _U32.pack(len(data)) + data
+
+
+def encode_mutations(out: list[bytes], mutations: Sequence[Mutation]) -> None:
+    """A list of (key, optional value): its count, every key's length, every value's
+    length (NONE for a delete), then the keys, then the values, each run joined in one
+    step: no Python call per mutation but the length comprehension (a write of a busy
+    topic carries thousands of rows)."""
+    out.append(_U32.pack(len(mutations)))
+    if not mutations:
+        return
+    keys, values = zip(*mutations, strict=True)
+    lengths = array("I", map(len, keys))
+    lengths.extend([NONE if v is None else len(v) for v in values])
+    out.append(lengths.tobytes())
+    out.append(b"".join(keys))
+    out.append(b"".join([v for v in values if v is not None]))
+
+
+def encode_keys(out: list[bytes], keys: Sequence[bytes]) -> None:
+    out.append(_U32.pack(len(keys)))
+    out.append(array("I", map(len, keys)).tobytes())
+    out.append(b"".join(keys))
+
+
+class Reader:
+    """Fields read in order from one frame's body; ``Malformed`` past its end."""
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.data = memoryview(data)
+        self.pos = 0
+
+    def u8(self) -> int:
+        if self.pos >= len(self.data):
+            raise Malformed("frame ends early")
+        self.pos += 1
+        return self.data[self.pos - 1]
+
+    def u64(self) -> int:
+        if self.pos + 8 > len(self.data):
+            raise Malformed("frame ends early")
+        (n,) = _U64.unpack_from(self.data, self.pos)
+        self.pos += 8
+        return n
+
+    def u32(self) -> int:
+        if self.pos + 4 > len(self.data):
+            raise Malformed("frame ends early")
+        (n,) = _U32.unpack_from(self.data, self.pos)
+        self.pos += 4
+        return n
+
+    def take(self, n: int) -> bytes:
+        end = self.pos + n
+        if end > len(self.data):
+            raise Malformed(f"a field of {n} bytes runs past the frame's end")
+        out = bytes(self.data[self.pos : end])
+        self.pos = end
+        return out
+
+    def bytes_(self) -> bytes:
+        n = self.u32()
+        if n == NONE:
+            raise Malformed("a key or bound cannot be absent")
+        return self.take(n)
+
+    def optional(self) -> bytes | None:
+        n = self.u32()
+        return None if n == NONE else self.take(n)
+
+    def _lengths(self, count: int) -> array[int]:
+        size = count * LENGTH.itemsize
+        if size > len(self.data) - self.pos:
+            raise Malformed(f"{count} lengths cannot fit in the frame")
+        lengths = array("I")
+        lengths.frombytes(self.data[self.pos : self.pos + size])
+        self.pos += size
+        return lengths
+
+    def mutations(self) -> list[Mutation]:
+        count = self.u32()
+        lengths = self._lengths(2 * count)
+        key_lengths, value_lengths = lengths[:count], lengths[count:]
+        value_sizes = [0 if n == NONE else n for n in value_lengths]
+        keys = self._slices(key_lengths)
+        values = self._slices(value_sizes)
+        return [
+            (key, None if n == NONE else value)
+            for key, value, n in zip(keys, values, value_lengths, strict=True)
+        ]
+
+    def keys(self) -> list[bytes]:
+        return self._slices(self._lengths(self.u32()))
+
+    def _slices(self, lengths: Sequence[int]) -> list[bytes]:
+        """The next ``sum(lengths)`` bytes, cut into pieces of those lengths."""
+        total = sum(lengths)
+        if total > len(self.data) - self.pos:
+            raise Malformed("the keys or values run past the frame's end")
+        run = self.take(total)
+        ends = list(accumulate(lengths))
+        return [run[end - n : end] for end, n in zip(ends, lengths, strict=True)]
+
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            raise Malformed(f"{len(self.data) - self.pos} bytes after the last field")
+
+
+def decode_request(body: bytes | memoryview) -> tuple[int, tuple[object, ...]]:
+    """(op, arguments) of one request; ``Malformed`` names what is wrong."""
+    r = Reader(body)
+    op = r.u8()
+    args: tuple[object, ...]
+    if op == HELLO:
+        args = (r.u32(),)
+    elif op == WRITE:
+        sync = r.u8()
+        args = (r.mutations(), bool(sync))
+    elif op == PHASES:
+        sync = r.u8()
+        phases = [r.mutations() for _ in range(r.u32())]
+        args = (phases, bool(sync))
+    elif op == CAS:
+        args = (r.bytes_(), r.optional(), r.optional())
+    elif op == GET:
+        args = (r.bytes_(),)
+    elif op == SCAN:
+        start, stop, flags, limit = r.bytes_(), r.bytes_(), r.u8(), r.u32()
+        if flags > 3:
+            raise Malformed(f"unknown scan flags {flags}")
+        args = (start, stop, bool(flags & 1), bool(flags & 2), limit)
+    elif op == KEYS:
+        args = (r.bytes_(), r.bytes_(), r.u32())
+    elif op == GC:
+        args = ()
+    elif op == SEEK:
+        args = (r.bytes_(), r.u64())
+    else:
+        raise Malformed(f"unknown operation {op}")
+    r.end()
+    return op, args
+
+
+def recv_frame(sock: socket.socket) -> bytearray | None:
+    """One frame's body, or None at a clean end of stream before it."""
+    head = _recv_exact(sock, 4, eof_ok=True)
+    if head is None:
+        return None
+    (n,) = _U32.unpack(head)
+    if n > MAX_FRAME:
+        raise Malformed(f"a frame of {n} bytes is over the limit of {MAX_FRAME}")
+    body = _recv_exact(sock, n, eof_ok=False)
+    assert body is not None
+    return body
+
+
+def _recv_exact(sock: socket.socket, n: int, eof_ok: bool) -> bytearray | None:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            if got == 0 and eof_ok:
+                return None
+            raise ConnectionError("the peer closed the connection mid-frame")
+        got += k
+    return buf
+
+
+def _big_buffers(sock: socket.socket) -> None:
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+
+
+def send_frame(sock: socket.socket, parts: list[bytes]) -> None:
+    size = sum(len(p) for p in parts)
+    sock.sendall(b"".join([_U32.pack(size), *parts]))
+
+
+# --- the owner's side -------------------------------------------------------------------------
+
+
+@dataclass
+class _Waiting:
+    mutations: Sequence[Mutation]
+    sync: bool
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+class GroupCommit:
+    """Writes that arrive while one is being written go together in the next batch: one
+    backend write (one fsync) for all of them, each caller answered when it is durable.
+    Merging keeps arrival order, so a later write of a key lands after an earlier one;
+    one batch fails as a whole (each caller then sees the error: "any subset landed")."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._cv = threading.Condition()
+        self._queue: list[_Waiting] = []
+        self._closed = False
+        self.batches = 0
+        self.writes = 0
+        self._thread = threading.Thread(target=self._run, name="tmsgate-group-commit", daemon=True)
+        self._thread.start()
+
+    def write(self, mutations: Sequence[Mutation], sync: bool) -> None:
+        waiting = _Waiting(mutations, sync)
+        with self._cv:
+            if self._closed:
+                raise BackendError("the store is closing")
+            self._queue.append(waiting)
+            self._cv.notify()
+        waiting.done.wait()
+        if waiting.error is not None:
+            raise waiting.error
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            if len(batch) == 1:
+                mutations = batch[0].mutations
+            else:
+                mutations = [m for waiting in batch for m in waiting.mutations]
+            error: BaseException | None = None
+            try:
+                self._backend.write(mutations, sync=any(w.sync for w in batch))
+            except BaseException as exc:  # handed to every caller of the batch
+                error = exc
+            self.batches += 1
+            self.writes += len(batch)
+            for waiting in batch:
+                waiting.error = error
+                waiting.done.set()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join()
+
+
+class BackendServer:
+    """Serves ``backend`` on a Unix socket at ``path`` until ``close``: a thread per
+    connection, each request answered before the next is read. ``disconnect(pid)`` ends
+    one process's connections and waits until nothing of theirs is still being written
+    (gateway/workers.py does that before it releases a dead worker's leases)."""
+
+    def __init__(self, backend: Backend, path: str, store_path: str) -> None:
+        self.backend = backend
+        self.path = path
+        self._store_path = store_path.encode()
+        self._commit = GroupCommit(backend)
+        self._lock = threading.Lock()
+        self._conns: dict[socket.socket, tuple[int, threading.Thread]] = {}
+        self._closed = False
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o077)
+        try:
+            self._listener.bind(path)
+        finally:
+            os.umask(old)
+        self._listener.listen(256)
+        self._acceptor = threading.Thread(target=self._accept, name="tmsgate-served", daemon=True)
+        self._acceptor.start()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {"batches": self._commit.batches, "writes": self._commit.writes}
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            _big_buffers(conn)
+            thread = threading.Thread(
+                target=self._serve, args=(conn,), name="tmsgate-served-conn", daemon=True
+            )
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    return
+                self._conns[conn] = (0, thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            while True:
+                try:
+                    body = recv_frame(conn)
+                except Malformed as exc:  # a length we will not read: the stream is lost
+                    send_frame(conn, [bytes([ERROR]), str(exc).encode()])
+                    return
+                if body is None:
+                    return
+                try:
+                    op, args = decode_request(body)
+                    if op == HELLO:
+                        with self._lock:
+                            thread = self._conns[conn][1]
+                            self._conns[conn] = (int(args[0]), thread)  # type: ignore[call-overload]
+                        answer = [bytes([OK]), self._store_path]
+                    else:
+                        answer = [bytes([OK]), *self._do(op, args)]
+                except Malformed as exc:
+                    answer = [bytes([ERROR]), f"malformed request: {exc}".encode()]
+                except Exception as exc:  # the backend's error, told to the caller
+                    answer = [bytes([ERROR]), f"{type(exc).__name__}: {exc}".encode()]
+                send_frame(conn, answer)
+        except OSError:
+            pass  # the peer went away (or disconnect shut the socket)
+        finally:
+            with self._lock:
+                self._conns.pop(conn, None)
+            conn.close()
+
+    def _do(self, op: int, args: tuple[object, ...]) -> list[bytes]:
+        backend = self.backend
+        if op == WRITE:
+            mutations, sync = args
+            self._commit.write(mutations, sync)  # type: ignore[arg-type]
+            return []
+        if op == PHASES:
+            phases, sync = args
+            flat = [m for phase in phases for m in phase]  # type: ignore[attr-defined]
+            self._commit.write(flat, sync)  # type: ignore[arg-type]
+            return []
+        if op == CAS:
+            key, expected, value = args
+            won = backend.check_and_put(key, expected, value)  # type: ignore[arg-type]
+            return [b"\x01" if won else b"\x00"]
+        if op == GET:
+            return [encode_bytes(backend.get(args[0]))]  # type: ignore[arg-type]
+        if op == SCAN:
+            start, stop, reverse, include_start, limit = args
+            rows: list[tuple[bytes, bytes]] = []
+            cap, size, more = max(1, min(limit, SCAN_ROWS_MAX)), 0, False  # type: ignore[call-overload]
+            found = backend.scan(
+                start,  # type: ignore[arg-type]
+                stop,  # type: ignore[arg-type]
+                reverse=reverse,  # type: ignore[arg-type]
+                include_start=include_start,  # type: ignore[arg-type]
+            )
+            with contextlib.closing(found):  # type: ignore[type-var]
+                for row in found:
+                    if len(rows) >= cap or size >= SCAN_BYTES_MAX:
+                        more = True
+                        break
+                    rows.append(row)
+                    size += len(row[1])
+            out = [bytes([more])]
+            encode_mutations(out, rows)
+            return out
+        if op == KEYS:
+            start, stop, limit = args
+            keys: list[bytes] = []
+            cap, more = max(1, min(limit, SCAN_ROWS_MAX * 4)), False  # type: ignore[call-overload]
+            found_keys = backend.scan_keys(start, stop)  # type: ignore[arg-type]
+            with contextlib.closing(found_keys):  # type: ignore[type-var]
+                for key in found_keys:
+                    if len(keys) >= cap:
+                        more = True
+                        break
+                    keys.append(key)
+            out = [bytes([more])]
+            encode_keys(out, keys)
+            return out
+        if op == GC:
+            return [json.dumps(backend.collect_garbage()).encode()]
+        if op == SEEK:
+            prefix, offset = args
+            key = find_offset_row(backend, prefix, offset)  # type: ignore[arg-type]
+            if key is None:
+                return [b"\x00"]
+            return [b"\x01", encode_bytes(key), encode_bytes(backend.get(key))]
+        raise Malformed(f"unknown operation {op}")
+
+    def disconnect(self, pid: int, timeout_s: float = 30.0) -> int:
+        """Shut every connection of process ``pid`` and wait for their threads: once this
+        returns, nothing that process sent is still being written. The count shut."""
+        with self._lock:
+            ours = [(c, t) for c, (p, t) in self._conns.items() if p == pid]
+        for conn, _ in ours:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        for _, thread in ours:
+            thread.join(timeout_s)
+        return len(ours)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns = list(self._conns.items())
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        self._acceptor.join(5)
+        for conn, _ in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        for _, (_, thread) in conns:
+            thread.join(5)
+        self._commit.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+# --- the workers' side -----------------------------------------------------------------------
+
+
+class ServedBackend:
+    """The backend a worker opens: every call a request to the owner, on this thread's
+    own connection. The owner writes a batch (phases too) as one LevelDB batch, so
+    batches are atomic here as they are on leveldb://."""
+
+    atomic_batches = True
+
+    def __init__(self, socket_path: str) -> None:
+        self._socket_path = socket_path
+        self._local = threading.local()
+        self._all: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        answer = self._call([bytes([HELLO]), _U32.pack(os.getpid())])
+        # The owner's data directory, on this machine: DescribeLogDirs reports its disk.
+        self.path = bytes(answer).decode()
+
+    def _conn(self) -> socket.socket:
+        conn: socket.socket | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise BackendError("the served store is closed")
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            _big_buffers(conn)
+            try:
+                conn.connect(self._socket_path)
+                if self._all:  # a later connection says whose it is too
+                    send_frame(conn, [bytes([HELLO]), _U32.pack(os.getpid())])
+                    if recv_frame(conn) is None:
+                        raise ConnectionError("closed")
+            except OSError as exc:
+                conn.close()
+                raise BackendError(
+                    f"the store's owner does not answer at {self._socket_path}: {exc}"
+                ) from exc
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def _call(self, parts: list[bytes]) -> memoryview:
+        conn = self._conn()
+        try:
+            send_frame(conn, parts)
+            body = recv_frame(conn)
+            if body is None:
+                raise ConnectionError("the owner closed the connection")
+        except (OSError, Malformed) as exc:
+            self._local.conn = None
+            with self._lock, contextlib.suppress(ValueError):
+                self._all.remove(conn)
+            conn.close()
+            raise BackendError(f"the store's owner stopped answering: {exc}") from exc
+        if not body:
+            raise BackendError("an empty answer from the store's owner")
+        view = memoryview(body)
+        if body[0] != OK:
+            raise BackendError(bytes(view[1:]).decode(errors="replace"))
+        return view[1:]
+
+    def write(self, mutations: Sequence[Mutation], sync: bool = True) -> None:
+        if not mutations:
+            return
+        parts = [bytes([WRITE, 1 if sync else 0])]
+        encode_mutations(parts, mutations)
+        self._call(parts)
+
+    def write_phases(self, phases: Sequence[Sequence[Mutation]], sync: bool = True) -> None:
+        parts = [bytes([PHASES, 1 if sync else 0]), _U32.pack(len(phases))]
+        for phase in phases:
+            encode_mutations(parts, phase)
+        self._call(parts)
+
+    def check_and_put(self, key: bytes, expected: bytes | None, value: bytes | None) -> bool:
+        answer = self._call(
+            [bytes([CAS]), encode_bytes(key), encode_bytes(expected), encode_bytes(value)]
+        )
+        return bool(answer[0])
+
+    def get(self, key: bytes) -> bytes | None:
+        return Reader(self._call([bytes([GET]), encode_bytes(key)])).optional()
+
+    def scan(
+        self,
+        start: bytes,
+        stop: bytes,
+        *,
+        reverse: bool = False,
+        include_start: bool = True,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        limit = SCAN_ROWS_FIRST
+        while True:
+            flags = (1 if reverse else 0) | (2 if include_start else 0)
+            answer = Reader(
+                self._call(
+                    [
+                        bytes([SCAN]),
+                        encode_bytes(start),
+                        encode_bytes(stop),
+                        bytes([flags]),
+                        _U32.pack(limit),
+                    ]
+                )
+            )
+            more = answer.u8()
+            rows = answer.mutations()
+            yield from rows  # type: ignore[misc]  (a scanned row always has its value)
+            if not more or not rows:
+                return
+            last = rows[-1][0]
+            if reverse:
+                stop = last  # exclusive: the rows below the last one given
+            else:
+                start, include_start = last, False
+            limit = min(limit * 4, SCAN_ROWS_MAX)
+
+    def scan_keys(self, start: bytes, stop: bytes) -> Iterator[bytes]:
+        limit = SCAN_ROWS_FIRST * 4
+        while True:
+            answer = Reader(
+                self._call(
+                    [bytes([KEYS]), encode_bytes(start), encode_bytes(stop), _U32.pack(limit)]
+                )
+            )
+            more = answer.u8()
+            keys = answer.keys()
+            yield from keys
+            if not more or not keys:
+                return
+            start = keys[-1] + b"\x00"  # the next key after ``last``
+            limit = min(limit * 4, SCAN_ROWS_MAX * 4)
+
+    def seek_offset(self, prefix: bytes, offset: int) -> tuple[bytes, bytes | None] | None:
+        """reader.start_for_offset's search, run by the owner: one call, not one per
+        probe. The row found (its key and value, None if it went meanwhile), or None
+        when no row starts at or below ``offset``."""
+        answer = Reader(self._call([bytes([SEEK]), encode_bytes(prefix), _U64.pack(offset)]))
+        if not answer.u8():
+            return None
+        return answer.bytes_(), answer.optional()
+
+    def sync_clock(self) -> None:
+        pass  # one process writes the rows, in the order it is asked
+
+    def collect_garbage(self) -> dict[str, int]:
+        stats = json.loads(bytes(self._call([bytes([GC])])))
+        return {str(k): int(v) for k, v in stats.items()}
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+
+
+def open_url(
+    rest: str, snapshot: bool = False, disk_reserve_bytes: int | None = None
+) -> ServedBackend:
+    """``served://`` + the owner's socket path (``served:///run/tmsgate/store.sock``)."""
+    if snapshot:
+        raise BackendError(
+            "a served:// store is a running gateway's; open its leveldb:// directory for a "
+            "copy instead"
+        )
+    if not rest:
+        raise BackendError("a served:// store URL needs the owner's socket path")
+    return ServedBackend(rest)
