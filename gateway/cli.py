@@ -220,6 +220,7 @@ def _serve_config(args: argparse.Namespace) -> object:
             auth_required=args.http_auth == "required",
             advertised_url=_http_url(args.http_advertised),
             listen_fds=inherited_listeners().get("http", ()),
+            relay_writes=bool(inherited_listeners()),
         )
         if bool(args.http_tls_cert) != bool(args.http_tls_key):
             raise SystemExit("--http-tls-cert and --http-tls-key go together")

@@ -129,6 +129,9 @@ class Round:
     slots_taken: tuple[int, ...] = ()  # group slots whose groups this gateway loads now
     slots_leaving: tuple[int, ...] = ()  # to hand over: flush, drop, release_group_slots
     slots_lost: tuple[int, ...] = ()  # taken over (the lease lapsed): drop their groups
+    # Partitions taken or handed over: the others should look now (services.py tells
+    # them), so a partition handed over is taken within moments, not at their next tick.
+    moved: bool = False
 
 
 def holder_name(node: Node) -> str:
@@ -202,6 +205,7 @@ class Cluster:
         self.ticks = 0
         self.failed_ticks = 0  # rounds that failed (the store unreachable): counted by caller
         self.takeovers = 0  # partitions taken (from nobody or from a gateway gone)
+        self.handovers = 0  # partitions handed to the gateway they belong to now
         self.stopped = False
 
     def announce(self, host: str, port: int, http_url: str | None) -> None:
@@ -215,7 +219,17 @@ class Cluster:
             return self.me
         view = self.view
         node_id = view.leaders.get(topic)
-        return None if node_id is None else view.nodes.get(node_id)
+        if node_id is None or node_id == self.me.node_id:
+            return None  # ours in the view only: handed over since it was read
+        return view.nodes.get(node_id)
+
+    def leader_now(self, topic: TopicId) -> Node | None:
+        """The partition's leader as its lease says now (blocking: one store read), for
+        a caller that cannot wait for the next tick's view: a topic made a moment ago."""
+        lease = self._leases.current(PARTITION + str(topic))
+        if lease is None or not lease.held_at(self._clock()):
+            return None
+        return node_of(lease.holder)
 
     def nodes(self) -> list[Node]:
         view = self.view
@@ -320,10 +334,16 @@ class Cluster:
             if self.stopped:
                 return Round()
             was = self.is_controller
+            moves = self.takeovers + self.handovers
             taken, lost = self._tick()
             self.ticks += 1
             return Round(
-                was, self.is_controller, tuple(taken), tuple(sorted(self._leaving)), tuple(lost)
+                was,
+                self.is_controller,
+                tuple(taken),
+                tuple(sorted(self._leaving)),
+                tuple(lost),
+                moved=self.takeovers + self.handovers != moves or bool(taken or self._leaving),
             )
 
     def _tick(self) -> tuple[list[int], list[int]]:
@@ -479,6 +499,7 @@ class Cluster:
         self.store.flush()  # and none queued lands after the next leader has read
         lease = self._held.pop(name)
         self._leases.release(lease)
+        self.handovers += 1
         log.info("handed %s over", topic)
 
     def stop(self, release: bool = True) -> None:

@@ -194,6 +194,25 @@ class ClusterCalls:
     async def to_controller(self, name: str, body: Body) -> Body:
         return await self.call(self.cluster.controller(), name, body, "controller")
 
+    async def relay(
+        self, node: Node, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> httpx.Response:
+        """An HTTP API request sent on as it came (``serve --workers``: a write reaching a
+        worker that does not lead its topic): PeerUnavailable if the node does not answer."""
+        if not node.http_url:
+            raise PeerUnavailable(f"gateway {node.node_id} has no HTTP listener")
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=CALL_TIMEOUT_S, verify=self._verify)
+        try:
+            answer = await self._client.request(
+                method, node.http_url + path, headers=headers, content=body
+            )
+        except (httpx.HTTPError, OSError) as exc:
+            self._made.labels("relay", "unavailable").inc()
+            raise PeerUnavailable(f"gateway {node.node_id} did not answer: {exc}") from exc
+        self._made.labels("relay", "ok").inc()
+        return answer
+
     async def to_leader(self, topic: TopicId, name: str, body: Body) -> Body:
         node = self.cluster.leader(topic)
         if node is None:

@@ -122,6 +122,8 @@ class Services:
         self._expiry: asyncio.Task[None] | None = None
         self._leases: asyncio.Task[None] | None = None
         self._view: asyncio.Task[None] | None = None
+        self._hurried: asyncio.Task[None] | None = None  # a lease round a topic change asked for
+        self._round_lock = asyncio.Lock()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking store call on the shared I/O executor."""
@@ -182,6 +184,7 @@ class Services:
                 self.broker.advertised_host, self.broker.advertised_port, self.broker.http_url
             )
             self._watch_cluster()
+            self._hurry_on_topic_changes()
             await self.lease_round()
             self._leases = loop.create_task(self._keep_leases())
             self._view = loop.create_task(self._follow_transaction_manager())
@@ -198,6 +201,8 @@ class Services:
             self._expiry.cancel()
         if self._leases is not None:
             self._leases.cancel()
+        if self._hurried is not None:
+            self._hurried.cancel()
         if self._view is not None:
             self._view.cancel()
         if self.http_server is not None:
@@ -231,10 +236,58 @@ class Services:
             gauge.set_function(lambda key=key: float(cluster.stats()[key]))
 
     async def lease_round(self) -> None:
-        """Renew, look and take once (every fifth of the lease; tests call it to hurry)."""
+        """Renew, look and take once (every fifth of the lease; a topic change hurries it:
+        _hurry; tests call it to hurry)."""
+        async with self._round_lock:  # one round at a time: the acts below follow its answer
+            await self._lease_round()
+
+    def _hurry_on_topic_changes(self) -> None:
+        """A topic created, changed or deleted here: this gateway takes its share of the
+        partitions at once and tells the others to, rather than every gateway waiting for
+        its next round (up to a fifth of --lease-ms with no leader)."""
+        loop = asyncio.get_running_loop()
+        assert self.calls is not None
+
+        def changed(md: object) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: stopping anyway
+                loop.call_soon_threadsafe(self._hurry, True)
+
+        self.store.add_topic_listener(changed)
+        self.calls.register("cluster.round", self._on_round)
+
+    def _hurry(self, tell: bool) -> None:
+        if self._hurried is not None and not self._hurried.done():
+            return  # a round is about to run: it sees this change too
+        self._hurried = asyncio.get_running_loop().create_task(self._hurried_round(tell))
+
+    async def _hurried_round(self, tell: bool) -> None:
+        try:
+            await self.lease_round()
+        except Exception as exc:  # the regular round tries again
+            log.debug("a hurried lease round failed: %s", exc)
+            return
+        if tell:
+            self._tell_others_to_look()
+
+    def _tell_others_to_look(self) -> None:
+        """The other gateways run a lease round now (a notice, not awaited): a topic made
+        or changed here, or partitions taken or handed over in our round."""
+        cluster, calls = self.cluster, self.calls
+        assert cluster is not None and calls is not None
+        others = [n for n in cluster.nodes() if n.node_id != cluster.me.node_id]
+        if others:
+            calls.tell(others, "cluster.round", {})
+
+    async def _on_round(self, body: Body) -> Body:
+        self._hurry(False)
+        return {}
+
+    async def _lease_round(self) -> None:
         cluster = self.cluster
         assert cluster is not None
         changed = await self.run(cluster.tick)
+        if changed.moved:
+            self._tell_others_to_look()
         groups = self.broker.groups
         assert groups.slots is not None
         if changed.slots_leaving:

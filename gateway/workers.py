@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import hashlib
 import logging
 import os
 import shutil
@@ -48,7 +49,7 @@ from dataclasses import dataclass
 
 from tmsgate.storage.backend import open_backend
 from tmsgate.storage.errors import StorageError
-from tmsgate.storage.leases import LeaseTable
+from tmsgate.storage.leases import LeaseTable, wall_clock_ms
 from tmsgate.storage.served import BackendServer
 
 from .cluster import node_of
@@ -93,6 +94,17 @@ class Worker:
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     quick_exits: int = 0
+
+
+def _run_dir(store_path: str) -> str:
+    """A directory for the store's socket that only our user may enter, named after the
+    store, so that a run after a kill -9 replaces the one the killed run left (we hold
+    the store's lock: nobody else uses it)."""
+    digest = hashlib.sha1(os.path.abspath(store_path).encode()).hexdigest()[:12]
+    path = os.path.join(tempfile.gettempdir(), f"tmsgate-{os.getuid()}-{digest}")
+    shutil.rmtree(path, ignore_errors=True)
+    os.mkdir(path, 0o700)
+    return path
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -169,9 +181,15 @@ class Supervisor:
 
     def _serve(self, backend: object) -> int:
         args = self.args
-        self._run_dir = tempfile.mkdtemp(prefix="tmsgate-")  # 0700: only our user
+        store_path = str(getattr(backend, "path", ""))
+        self._run_dir = _run_dir(store_path)
         socket_path = os.path.join(self._run_dir, "store.sock")
-        self._server = BackendServer(backend, socket_path, getattr(backend, "path", ""))  # type: ignore[arg-type]
+        self._server = BackendServer(backend, socket_path, store_path)  # type: ignore[arg-type]
+        # We hold the store's lock, so whoever holds a lease in it is dead (the workers of
+        # a parent killed before us): their partitions are free now, not after the lease.
+        released = self._release_leases(None, None)
+        if released:
+            log.info("released %d leases of an earlier run's workers", released)
         self._store_url = f"served://{socket_path}"
         kafka_host, kafka_port = _address(args.kafka_listen)
         http_host, http_port = _address(args.http_listen)
@@ -301,15 +319,19 @@ class Supervisor:
         self._start(worker)
         return None
 
-    def _release_leases(self, node_id: int, pid: int) -> int:
+    def _release_leases(self, node_id: int | None, pid: int | None) -> int:
+        """Release the held leases of ``node_id`` run as ``pid`` (None: of everyone)."""
         assert self._server is not None
         table = LeaseTable(self._server.backend)
+        now = wall_clock_ms()
         released = 0
         for lease in table.all():
             node = node_of(lease.holder)
-            if node is None or node.node_id != node_id:
+            if node is None or not lease.held_at(now):
+                continue  # a counter or a shared value, or not held
+            if node_id is not None and node.node_id != node_id:
                 continue
-            if not lease.holder.rsplit(" ", 1)[-1].startswith(f"{pid}."):
+            if pid is not None and not lease.holder.rsplit(" ", 1)[-1].startswith(f"{pid}."):
                 continue  # its next run's already
             if table.release(lease):
                 released += 1

@@ -13,21 +13,25 @@ stores rows. What the owner adds is group commit: writes that arrive together fr
 several workers become one LevelDB batch and one fsync (``GroupCommit``), so N workers
 do not pay N fsyncs where one process paid one.
 
-The wire (every integer big-endian; a request or an answer is ``u32 length`` + body):
+The wire (a request or an answer is ``u32 length`` + body; integers big-endian, except
+the arrays of lengths in a list, in this machine's own order: the socket is local):
 
-    request  = op(u8) fields...          answer = status(u8: 0 ok, 1 error) fields...
+    request  = op(u8) fields...          answer = status(u8: 0 ok, 1 error, 2 full) ...
+    list     = n(u32) n key lengths, n value lengths (u32 each, 0xFFFFFFFF: no value),
+               the keys, the values
     bytes    = len(u32) data             optional bytes: len 0xFFFFFFFF is None
     HELLO    pid(u32)                 -> the owner's store path (bytes)
-    WRITE    sync(u8) n(u32) n x (key, optional value)            -> nothing
-    PHASES   sync(u8) phases(u32) phases x (n(u32) n x mutation)  -> nothing
+    WRITE    sync(u8) list                                        -> nothing
+    PHASES   sync(u8) phases(u32) phases x list                   -> nothing
     CAS      key, optional expected, optional value               -> won(u8)
     GET      key                                                  -> optional value
     SCAN     start, stop, flags(u8: 1 reverse, 2 include start), limit(u32)
-                                            -> more(u8) n(u32) n x (key, value)
-    KEYS     start, stop, limit(u32)        -> more(u8) n(u32) n x key
+                                            -> more(u8) list
+    KEYS     start, stop, limit(u32)        -> more(u8) n(u32) n key lengths, the keys
     GC       (nothing)                      -> JSON object of counts (bytes)
     SEEK     prefix, offset(u64)            -> found(u8) [key, optional value]
     error                                   -> message (bytes, UTF-8)
+    a full disk (status 2)                  -> free(u64) need(u64): DiskFull again
 
 A scan comes in chunks (the first small, each next larger, up to ``SCAN_ROWS_MAX``), each
 continuing after the last key of the one before, so a caller that stops early reads
@@ -55,13 +59,13 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from .backend import Backend, Mutation
-from .errors import BackendError
+from .errors import BackendError, DiskFull
 from .reader import find_offset_row
 
 log = logging.getLogger("tmsgate.served")
 
 HELLO, WRITE, PHASES, CAS, GET, SCAN, KEYS, GC, SEEK = range(1, 10)
-OK, ERROR = 0, 1
+OK, ERROR, DISK_FULL = 0, 1, 2
 NONE = 0xFFFFFFFF
 MAX_FRAME = 1 << 30  # a frame longer than this is refused: no row batch is that large
 SCAN_ROWS_FIRST = 32
@@ -406,6 +410,12 @@ class BackendServer:
                         answer = [bytes([OK]), *self._do(op, args)]
                 except Malformed as exc:
                     answer = [bytes([ERROR]), f"malformed request: {exc}".encode()]
+                except DiskFull as exc:  # kept as such: the worker answers 507, not 500
+                    answer = [
+                        bytes([DISK_FULL]),
+                        _U64.pack(max(0, exc.free_bytes)),
+                        _U64.pack(max(0, exc.need_bytes)),
+                    ]
                 except Exception as exc:  # the backend's error, told to the caller
                     answer = [bytes([ERROR]), f"{type(exc).__name__}: {exc}".encode()]
                 send_frame(conn, answer)
@@ -523,9 +533,10 @@ class ServedBackend:
         self._all: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
-        answer = self._call([bytes([HELLO]), _U32.pack(os.getpid())])
-        # The owner's data directory, on this machine: DescribeLogDirs reports its disk.
-        self.path = bytes(answer).decode()
+        # The owner's data directory, on this machine (DescribeLogDirs reports its disk):
+        # the answer to the HELLO that opens every connection.
+        self.path = ""
+        self._conn()
 
     def _conn(self) -> socket.socket:
         conn: socket.socket | None = getattr(self._local, "conn", None)
@@ -536,11 +547,14 @@ class ServedBackend:
             _big_buffers(conn)
             try:
                 conn.connect(self._socket_path)
-                if self._all:  # a later connection says whose it is too
-                    send_frame(conn, [bytes([HELLO]), _U32.pack(os.getpid())])
-                    if recv_frame(conn) is None:
-                        raise ConnectionError("closed")
-            except OSError as exc:
+                # Every connection says whose it is, so that the owner's disconnect(pid)
+                # finds each one (a reconnect after an error too).
+                send_frame(conn, [bytes([HELLO]), _U32.pack(os.getpid())])
+                answer = recv_frame(conn)
+                if answer is None or not answer or answer[0] != OK:
+                    raise ConnectionError("the owner refused the connection")
+                self.path = bytes(answer[1:]).decode()
+            except (OSError, Malformed) as exc:
                 conn.close()
                 raise BackendError(
                     f"the store's owner does not answer at {self._socket_path}: {exc}"
@@ -566,6 +580,9 @@ class ServedBackend:
         if not body:
             raise BackendError("an empty answer from the store's owner")
         view = memoryview(body)
+        if body[0] == DISK_FULL:
+            r = Reader(view[1:])
+            raise DiskFull(r.u64(), r.u64(), "said by the store's owner")
         if body[0] != OK:
             raise BackendError(bytes(view[1:]).decode(errors="replace"))
         return view[1:]

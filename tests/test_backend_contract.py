@@ -9,7 +9,10 @@ takes ``engine`` or ``open_engine`` runs once per engine:
   of tests/hbase_standin.py (started once per module; skipped while that module or
   happybase is missing);
 - ``hbase-real``: ``hbase://$TMSGATE_TEST_HBASE/<unique prefix>`` (skipped unless that
-  variable names a host:port).
+  variable names a host:port);
+- ``served``: ``served://<socket>`` of a BackendServer (storage/served.py) in this process
+  over ``leveldb:///<tmp_path>/db``; ``reopen`` with no other client open restarts the
+  server and its LevelDB on the same directory, so persistence is the owner's.
 
 Values under keys that start with b"M" or b"P" (the MessageTable and the PayloadTable)
 are always shaped as the store shapes them (keys.encode_row / keys.encode_gap): the
@@ -24,6 +27,7 @@ import importlib
 import itertools
 import os
 import random
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -36,8 +40,9 @@ from tmsgate.storage.backend import Backend, Mutation, open_backend
 from tmsgate.storage.errors import BackendError, StorageError
 from tmsgate.storage.ids import TopicId
 from tmsgate.storage.memory import BackendCrashed, Faults, MemoryBackend, MemoryTable
+from tmsgate.storage.served import BackendServer
 
-ENGINES = ["leveldb", "memory", "hbase-standin", "hbase-real"]
+ENGINES = ["leveldb", "memory", "hbase-standin", "hbase-real", "served"]
 HBASE_ENV = "TMSGATE_TEST_HBASE"
 END = b"\xff" * 16  # above every key these tests write
 
@@ -77,11 +82,49 @@ def hbase_standin_address() -> Iterator[str]:
         yield address
 
 
+class ServedOwner:
+    """The owner of a ``served://`` store: a BackendServer over a LevelDB directory, as
+    ``tmsgate serve --workers`` runs it (gateway/workers.py). The socket lives in a short
+    directory of its own (a Unix socket path has at most 107 bytes)."""
+
+    def __init__(self, db_dir: str) -> None:
+        self.db_dir = db_dir
+        self.db_url = f"leveldb://{db_dir}"
+        self._socket_dir = tempfile.TemporaryDirectory(prefix="served-")
+        self.socket_path = os.path.join(self._socket_dir.name, "store.sock")
+        self.url = f"served://{self.socket_path}"
+        self.server: BackendServer | None = None
+        self.start()
+
+    def start(self) -> None:
+        backend = open_backend(self.db_url)
+        self.server = BackendServer(backend, self.socket_path, self.db_dir)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server.backend.close()
+            self.server = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        self._socket_dir.cleanup()
+
+
 @pytest.fixture(params=ENGINES)
 def engine_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     kind = request.param
     if kind == "leveldb":
         yield f"leveldb://{tmp_path / 'db'}"
+    elif kind == "served":
+        owner = ServedOwner(str(tmp_path / "db"))
+        request.node.served_owner = owner  # open_engine restarts it on reopen
+        yield owner.url
+        owner.close()
     elif kind == "memory":
         name = _unique("contract-")
         yield f"memory://{name}"
@@ -101,8 +144,9 @@ class EngineOpener:
     """``open_engine()`` opens the test's URL (again after ``reopen``/``close``); every
     backend still open is closed at teardown."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, owner: ServedOwner | None = None) -> None:
         self.url = url
+        self.owner = owner
         self.opened: list[Backend] = []
 
     def __call__(self) -> Backend:
@@ -116,6 +160,8 @@ class EngineOpener:
 
     def reopen(self, backend: Backend) -> Backend:
         self.close(backend)
+        if self.owner is not None and not self.opened:
+            self.owner.restart()  # what was written is read back from the disk
         return self()
 
     def close_all(self) -> None:
@@ -124,8 +170,8 @@ class EngineOpener:
 
 
 @pytest.fixture
-def open_engine(engine_url: str) -> Iterator[EngineOpener]:
-    opener = EngineOpener(engine_url)
+def open_engine(request: pytest.FixtureRequest, engine_url: str) -> Iterator[EngineOpener]:
+    opener = EngineOpener(engine_url, getattr(request.node, "served_owner", None))
     yield opener
     opener.close_all()
 

@@ -22,7 +22,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route as StarletteRoute
 from starlette.types import Receive, Scope, Send
+from tmsgate.storage import NotLeader
 
+from . import forward
 from .access import Access
 from .apidocs import ApiDocs
 from .cluster_area import ClusterCallHandlers
@@ -41,6 +43,7 @@ from .transactions import TransactionHandlers
 
 if TYPE_CHECKING:
     from tmsgate.gateway.cluster import Cluster
+    from tmsgate.gateway.cluster_calls import ClusterCalls
     from tmsgate.gateway.services import Services
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -66,14 +69,22 @@ def openapi_document() -> bytes:
 
 
 def instrument(
-    name: str, handler: Handler, observe: Observe, cluster: Cluster | None = None
+    name: str,
+    handler: Handler,
+    observe: Observe,
+    cluster: Cluster | None = None,
+    relay: ClusterCalls | None = None,
 ) -> Handler:
-    """Time and count the handler's answers; any exception becomes the JSON error answer."""
+    """Time and count the handler's answers; any exception becomes the JSON error answer.
+    ``relay``: a write for a topic led by another worker is sent on to it (forward.py)."""
 
     async def endpoint(request: Request) -> Response:
         started = time.perf_counter()
         try:
             response = await handler(request)
+        except NotLeader as exc:
+            answer = None if relay is None else await forward.to_leader(request, exc, relay)
+            response = answer or error_response(exc, request, cluster)
         except Exception as exc:
             response = error_response(exc, request, cluster)
         observe(response.status_code, time.perf_counter() - started)
@@ -117,7 +128,11 @@ def build_routes(
         if "namespace" in route.path_parameters:
             handler = lookup.namespace_scoped(handler)
         by_method[route.method] = instrument(
-            route.handler, handler, metrics.observer(route.handler), services.cluster
+            route.handler,
+            handler,
+            metrics.observer(route.handler),
+            services.cluster,
+            services.calls if config.relay_writes else None,
         )
     return [
         StarletteRoute(path, AsgiEndpoint(dispatch(by_method)), methods=list(by_method))

@@ -26,3 +26,6 @@ class HttpConfig:
     # Listening sockets handed down by `serve --workers` (gateway/workers.py): this
     # worker's own (the other workers call it there), then the shared public one.
     listen_fds: tuple[int, ...] = ()
+    # A write for a topic another gateway leads is sent on to it instead of answered 421
+    # (the workers of `serve --workers`, which share one public address: forward.py).
+    relay_writes: bool = False

@@ -142,7 +142,9 @@ async def read_body(request: Request, limit: int) -> bytes:
         if size > limit:
             raise _too_large(size, limit)
         chunks.append(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    request.state.body = body  # kept for a write sent on to its topic's leader (forward.py)
+    return body
 
 
 def _too_large(size: int, limit: int) -> HttpProblem:
