@@ -36,11 +36,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import hmac
+import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
+import aiohttp
 from prometheus_client import CollectorRegistry, Counter
 from tmsgate.storage import (
     InvalidTransaction,
@@ -55,9 +57,10 @@ from .cluster import Cluster, Node
 from .errors import ClusterCallRefused, PeerUnavailable, TransactionOwned
 
 log = logging.getLogger("tmsgate.cluster.calls")
-# httpx logs every request at INFO: ten view refreshes a second per gateway would drown
-# the gateway's own log. Its warnings and errors still show.
-logging.getLogger("httpx").setLevel(logging.WARNING)
+# aiohttp, not httpx, for the calls: on this project's 2-core VM a call cost ~1.6 ms of the
+# event loop's CPU with httpx and ~0.4 ms with aiohttp (a GET to a gateway, 1,000 in a
+# row), and a commit across workers makes several (docs/benchmarks.md, "Every core").
+_UNAVAILABLE = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 PATH = "/internal/v1/cluster/"
 SECRET_HEADER = "x-tmsgate-cluster"
@@ -118,7 +121,7 @@ class ClusterCalls:
         self.cluster = cluster
         self._verify = verify
         self._secret: str | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
         self._handlers: dict[str, Handler] = {}
         self.calls_made = 0
         self._made = Counter(
@@ -135,8 +138,23 @@ class ClusterCalls:
 
     async def close(self) -> None:
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
             self._client = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        """Made on first use, inside the running loop (aiohttp's requirement)."""
+        if self._client is None:
+            verify = self._verify
+            tls: ssl.SSLContext | bool | None = None  # None: verify with the system's CAs
+            if verify is False:
+                tls = False
+            elif isinstance(verify, str):
+                tls = ssl.create_default_context(cafile=verify)
+            self._client = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S),
+                connector=aiohttp.TCPConnector(ssl=tls, limit=0),
+            )
+        return self._client
 
     def register(self, name: str, handler: Handler) -> None:
         if name in self._handlers:
@@ -167,27 +185,27 @@ class ClusterCalls:
                 f"gateway {node.node_id} ({role}) has no HTTP listener: a cluster's "
                 "gateways reach each other over it (serve --http-listen)"
             )
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=CALL_TIMEOUT_S, verify=self._verify)
         self.calls_made += 1
         try:
-            answer = await self._client.post(
+            async with self._session().post(
                 node.http_url + PATH + name,
                 json=body,
                 headers={SECRET_HEADER: self._secret or ""},
-            )
-        except (httpx.HTTPError, OSError) as exc:
+            ) as answer:
+                status, raw = answer.status, await answer.read()
+        except _UNAVAILABLE as exc:
             self._made.labels(name, "unavailable").inc()
             raise PeerUnavailable(
-                f"gateway {node.node_id} ({role}, {node.http_url}) did not answer {name}: {exc}"
+                f"gateway {node.node_id} ({role}, {node.http_url}) did not answer {name}: "
+                f"{exc or type(exc).__name__}"
             ) from exc
         try:
-            doc = answer.json()
+            doc = json.loads(raw)
         except ValueError:
-            doc = {"message": answer.text[:200]}
-        if answer.status_code != 200:
+            doc = {"message": raw[:200].decode(errors="replace")}
+        if status != 200:
             self._made.labels(name, "refused").inc()
-            raise rebuild(ClusterCallRefused(name, answer.status_code, doc))
+            raise rebuild(ClusterCallRefused(name, status, doc))
         self._made.labels(name, "ok").inc()
         return doc if isinstance(doc, dict) else {}
 
@@ -196,22 +214,22 @@ class ClusterCalls:
 
     async def relay(
         self, node: Node, method: str, path: str, headers: dict[str, str], body: bytes
-    ) -> httpx.Response:
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         """An HTTP API request sent on as it came (``serve --workers``: a write reaching a
-        worker that does not lead its topic): PeerUnavailable if the node does not answer."""
+        worker that does not lead its topic) -> the answer's status, headers and body;
+        PeerUnavailable if the node does not answer."""
         if not node.http_url:
             raise PeerUnavailable(f"gateway {node.node_id} has no HTTP listener")
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=CALL_TIMEOUT_S, verify=self._verify)
         try:
-            answer = await self._client.request(
-                method, node.http_url + path, headers=headers, content=body
-            )
-        except (httpx.HTTPError, OSError) as exc:
+            async with self._session().request(
+                method, node.http_url + path, headers=headers, data=body
+            ) as answer:
+                reply = answer.status, list(answer.headers.items()), await answer.read()
+        except _UNAVAILABLE as exc:
             self._made.labels("relay", "unavailable").inc()
             raise PeerUnavailable(f"gateway {node.node_id} did not answer: {exc}") from exc
         self._made.labels("relay", "ok").inc()
-        return answer
+        return reply
 
     async def to_leader(self, topic: TopicId, name: str, body: Body) -> Body:
         node = self.cluster.leader(topic)

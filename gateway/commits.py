@@ -112,8 +112,10 @@ class Commits:
         if not parts_done:
             await self.step("parts")
             if plan.parts and self.before_step is None:
-                # All at once: each part is idempotent and a replay finishes any subset.
-                records = sum(await asyncio.gather(*(self._part(p, wp) for p in plan.parts)))
+                # All at once, one call per other leader: each part is idempotent, and a
+                # replay finishes any subset.
+                parts = [(p.topic, p.keep) for p in plan.parts]
+                records = await self.partitions.run_parts(parts, wp)
             elif plan.parts:  # a test stops the commit with some parts done and some not
                 first, *rest = plan.parts
                 records = await self._part(first, wp)

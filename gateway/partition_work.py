@@ -13,15 +13,27 @@ that lost an answer asks again.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tmsgate.storage import SharedTransactions, Store, StoredRange, TopicId
+from tmsgate.storage import (
+    NotLeader,
+    SharedTransactions,
+    Store,
+    StoredRange,
+    TopicId,
+    TopicNotFound,
+)
 
 from .cluster_calls import Body, topic_doc, topic_of
 
 if TYPE_CHECKING:
     from .cluster_calls import ClusterCalls
+
+
+log = logging.getLogger("tmsgate.commits")
+Keep = Sequence[StoredRange] | None  # a part's stores to publish (a manifest); None: seal all
 
 
 def range_row(r: StoredRange) -> list[int]:
@@ -41,6 +53,7 @@ class PartitionWork:
             calls.register("partition.seal", self._on_seal)
             calls.register("partition.publish_kept", self._on_publish_kept)
             calls.register("partition.discard", self._on_discard)
+            calls.register("partition.parts", self._on_parts)
             calls.register("tx.ended", self._on_ended)
 
     def _here(self, topic: TopicId) -> bool:
@@ -65,6 +78,49 @@ class PartitionWork:
         body = {"topic": topic_doc(topic), "wp": wp, "keep": [range_row(r) for r in keep]}
         doc = await self.calls.to_leader(topic, "partition.publish_kept", body)
         return int(doc["records"])
+
+    async def run_parts(self, parts: Sequence[tuple[TopicId, Keep]], wp: int) -> int:
+        """Every part of a commit at once (``keep`` None: seal, else publish_kept) -> the
+        records referenced now. The parts led elsewhere go to their leader in one call
+        per leader, not one per partition: a Kafka transaction over a topic's partitions
+        is one call to each other gateway (a deleted topic's part counts 0)."""
+        here: list[tuple[TopicId, Keep]] = []
+        elsewhere: dict[int, list[tuple[TopicId, Keep]]] = {}
+        for topic, keep in parts:
+            leader = None if self._here(topic) else self._leader_id(topic)
+            if leader is None:
+                here.append((topic, keep))  # here, or no leader known: the store says which
+            else:
+                elsewhere.setdefault(leader, []).append((topic, keep))
+        jobs = [self._part_here(topic, keep, wp) for topic, keep in here]
+        jobs += [self._parts_on(node_id, group, wp) for node_id, group in elsewhere.items()]
+        return sum(await asyncio.gather(*jobs))
+
+    def _leader_id(self, topic: TopicId) -> int | None:
+        assert self.calls is not None
+        node = self.calls.cluster.leader(topic)
+        return None if node is None else node.node_id
+
+    async def _part_here(self, topic: TopicId, keep: Keep, wp: int) -> int:
+        try:
+            if keep is None:
+                return await self.seal(topic, wp)
+            return await self.publish_kept(topic, wp, keep)
+        except TopicNotFound:
+            log.warning("write pointer %d: topic %s was deleted before the commit", wp, topic)
+            return 0
+
+    async def _parts_on(self, node_id: int, group: list[tuple[TopicId, Keep]], wp: int) -> int:
+        assert self.calls is not None
+        node = self.calls.cluster.view.nodes.get(node_id)
+        body = {
+            "wp": wp,
+            "parts": [
+                [topic_doc(t), None if k is None else [range_row(r) for r in k]] for t, k in group
+            ],
+        }
+        doc = await self.calls.call(node, "partition.parts", body, f"leader of {group[0][0]}")
+        return sum(int(n) for n in doc["records"])
 
     async def discard(self, topic: TopicId, wp: int) -> int:
         """Free an aborted transaction's records on ``topic`` (Store.discard_payloads_async)."""
@@ -105,6 +161,18 @@ class PartitionWork:
     async def _on_seal(self, body: Body) -> Body:
         topic, wp = topic_of(body["topic"]), int(body["wp"])
         return {"records": await asyncio.wrap_future(self.store.publish_sealed_async(topic, wp))}
+
+    async def _on_parts(self, body: Body) -> Body:
+        wp = int(body["wp"])
+        parts = [
+            (topic_of(t), None if k is None else [range_of(wp, r) for r in k])
+            for t, k in body["parts"]
+        ]
+        for topic, _ in parts:
+            if not self.store.leads(topic):
+                raise NotLeader(topic, "led by another gateway now; the commit asks again")
+        found = await asyncio.gather(*(self._part_here(t, k, wp) for t, k in parts))
+        return {"records": list(found)}
 
     async def _on_publish_kept(self, body: Body) -> Body:
         topic, wp = topic_of(body["topic"]), int(body["wp"])

@@ -60,8 +60,10 @@ async def to_leader(request: Request, exc: NotLeader, calls: ClusterCalls) -> Re
     headers[FORWARDED] = str(cluster.me.node_id)
     path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     try:
-        answer = await calls.relay(leader, request.method, path, headers, body)
+        status, answer_headers, content = await calls.relay(
+            leader, request.method, path, headers, body
+        )
     except PeerUnavailable:
         return None
-    kept = {k: v for k, v in answer.headers.items() if k.lower() not in _ANSWER_DROPPED}
-    return Response(answer.content, answer.status_code, headers=kept)
+    kept = {k: v for k, v in answer_headers if k.lower() not in _ANSWER_DROPPED}
+    return Response(content, status, headers=kept)
