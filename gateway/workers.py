@@ -53,6 +53,7 @@ from tmsgate.storage.leases import LeaseTable, wall_clock_ms
 from tmsgate.storage.served import BackendServer
 
 from .cluster import node_of
+from .http.server import bind as http_bind
 
 log = logging.getLogger("tmsgate.workers")
 
@@ -108,13 +109,9 @@ def _run_dir(store_path: str) -> str:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
+    """A listening socket the workers inherit (the HTTP listener's bind: SO_REUSEADDR)."""
+    sock = http_bind(host, port)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
         sock.listen(1024)
     except OSError:
         sock.close()
