@@ -2,7 +2,7 @@
 cleaning costs the produce path (docs/compaction.md, docs/benchmarks.md).
 
     .venv/bin/python bench/compaction_bench.py [--bootstrap host:port] [--quick]
-        [--records 1000000] [--keys 10000] [--tombstones 1000]
+        [--records 1000000] [--keys 10000] [--tombstones 1000] [--workers N]
 
 Without --bootstrap it starts its own `tmsgate serve` (LevelDB in a temp dir) with
 `--cleaner-backoff-ms 1000`; with --bootstrap it measures any broker, e.g. Apache Kafka
@@ -74,11 +74,27 @@ COMPACTED = {
 }
 
 
-def create(bootstrap: str, prefix: str, config: dict[str, str]) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+def create(bootstrap: str, prefix: str, config: dict[str, str], avoid: int | None = None) -> str:
+    """A fresh one-partition topic; with ``avoid``, one whose leader is another broker
+    (`--workers`: the topic produced during the cleaning led by another worker than the
+    cleaned one, so that the cleaner and that producer use different processes)."""
     admin = AdminClient(ck_common(bootstrap))
-    admin.create_topics([NewTopic(name, 1, 1, config=config)])[name].result(60)
-    return name
+    for _ in range(20):
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        admin.create_topics([NewTopic(name, 1, 1, config=config)])[name].result(60)
+        if avoid is None or leader_of(bootstrap, name) != avoid:
+            return name
+    raise RuntimeError(f"no topic led by another broker than {avoid} in 20 tries")
+
+
+def leader_of(bootstrap: str, topic: str) -> int:
+    admin = AdminClient(ck_common(bootstrap))
+    deadline = time.monotonic() + 30
+    while True:
+        leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+        if leader >= 0 or time.monotonic() > deadline:
+            return leader
+        time.sleep(0.1)
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> float:
@@ -168,7 +184,8 @@ def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, 
     time.sleep(1.1)  # past segment.ms: the next record rolls Kafka's segment
     produce(bootstrap, topic, [(b"__roll__", b"x")])
     latest[b"__roll__"] = b"x"
-    during_topic = create(bootstrap, "during", {})
+    avoid = leader_of(bootstrap, topic) if args.workers > 1 else None
+    during_topic = create(bootstrap, "during", {}, avoid=avoid)
     cleaned_event = threading.Event()
     during = {"records": 0.0, "seconds": 0.0}
 
@@ -234,6 +251,13 @@ def main() -> None:
     ap.add_argument(
         "--cleaner-max-share", type=float, default=0.5, help="the gateway's --cleaner-max-share"
     )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="the gateway's --workers; above 1, the topic produced during the cleaning is "
+        "led by another worker than the cleaned topic",
+    )
     ap.add_argument("--quick", action="store_true", help="100,000 records over 1,000 keys")
     args = ap.parse_args()
     if args.quick:
@@ -244,6 +268,7 @@ def main() -> None:
     else:
         gw: dict[str, object] = {}
         extra = ["--cleaner-backoff-ms", "1000", "--cleaner-max-share", str(args.cleaner_max_share)]
+        extra += ["--workers", str(args.workers)]
         with self_started_gateway(gw, "tmsgate-compaction-bench-", extra) as bootstrap:
             args.data_dir = gw["store_dir"]
             out.update(broker="tmsgate", **run(bootstrap, args, int(gw["pid"])))  # type: ignore[arg-type]

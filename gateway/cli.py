@@ -206,7 +206,8 @@ def _serve_config(args: argparse.Namespace) -> object:
     from tmsgate.gateway.workers import inherited_listeners
 
     http = None
-    if not args.no_http:
+    # A worker of `serve --workers` listens for the others' calls even with --no-http.
+    if not args.no_http or inherited_listeners().get("http"):
         from tmsgate.gateway.http.config import HttpConfig
 
         host, port = parse_address(args.http_listen, "--http-listen")

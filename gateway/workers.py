@@ -151,9 +151,6 @@ class Supervisor:
         if args.cluster:
             log.error("--workers runs its own cluster on one machine; leave out --cluster")
             return 2
-        if args.no_http:
-            log.error("--workers needs the HTTP listener: the workers call each other on it")
-            return 2
         try:
             backend = open_backend(
                 args.store, disk_reserve_bytes=max(0, args.disk_reserve_mb) << 20
@@ -192,7 +189,8 @@ class Supervisor:
         http_host, http_port = _address(args.http_listen)
         try:
             self._shared["kafka"] = _bind(kafka_host, kafka_port)
-            self._shared["http"] = _bind(http_host, http_port)
+            if not args.no_http:  # else the workers' own listeners only, for their calls
+                self._shared["http"] = _bind(http_host, http_port)
             for index in range(self.count):
                 self._workers.append(
                     Worker(
@@ -209,16 +207,16 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         for worker in self._workers:
             self._start(worker)
+        shared_http = self._shared.get("http")
+        http_at = "" if shared_http is None else f"{http_host}:{shared_http.getsockname()[1]}"
         log.info(
-            "tmsgate: %d workers (pids %s) over store %s; Kafka clients bootstrap at %s:%d, "
-            "HTTP API at %s:%d",
+            "tmsgate: %d workers (pids %s) over store %s; Kafka clients bootstrap at %s:%d%s",
             self.count,
             ", ".join(str(w.process.pid) for w in self._workers if w.process),
             args.store,
             kafka_host,
             self._shared["kafka"].getsockname()[1],
-            http_host,
-            self._shared["http"].getsockname()[1],
+            f", HTTP API at {http_at}" if http_at else "",
         )
         while not self._stopping:
             time.sleep(0.2)
@@ -273,7 +271,7 @@ class Supervisor:
     def _start(self, worker: Worker) -> None:
         assert worker.http is not None
         kafka = (worker.kafka, self._shared["kafka"])
-        http = (worker.http, self._shared["http"])
+        http = (worker.http, *([self._shared["http"]] if "http" in self._shared else []))
         env = dict(os.environ)
         env[INHERITED] = "kafka={} http={}".format(
             ",".join(str(s.fileno()) for s in kafka), ",".join(str(s.fileno()) for s in http)

@@ -95,7 +95,8 @@ class WorkersGateway:
     """``tmsgate serve --workers 2`` over ``<workdir>/store``, restartable on the same store
     and ports; its output in ``<workdir>/serve.log``."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *extra: str) -> None:
+        self.extra = extra  # more `serve` options (e.g. --no-http)
         self.workdir = workdir
         self.store_dir = workdir / "store"
         self.log_path = workdir / "serve.log"
@@ -122,6 +123,7 @@ class WorkersGateway:
             self.bootstrap,
             "--http-listen",
             f"127.0.0.1:{self.http_port}",
+            *self.extra,
         )
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== test: start {' '.join(command)}\n".encode())
@@ -165,6 +167,8 @@ class WorkersGateway:
             for broker in found.values():
                 if sorted(brokers(f"{broker.host}:{broker.port}")) != list(range(WORKERS)):
                     return False
+            if "--no-http" in self.extra:
+                return True
             return httpx.get(f"{self.http_url}/readyz", timeout=5).status_code == 200
         except (httpx.HTTPError, RuntimeError):
             return False
@@ -557,3 +561,29 @@ def test_bad_options_exit_2_saying_why(tmp_path: Path, args: list[str], message:
     done = subprocess.run(command, capture_output=True, text=True, env=clean_env(), timeout=60)
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert message in done.stderr, done.stderr[-2000:]
+
+
+def test_without_the_http_api_the_workers_still_serve_kafka(tmp_path: Path) -> None:
+    """--no-http: no public HTTP API, yet each worker listens on its own port for the
+    others' calls, so a transaction across both still commits."""
+    gw = WorkersGateway(tmp_path, "--no-http")
+    try:
+        gw.start()
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{gw.http_url}/readyz", timeout=2)
+        topic = split_topic("nohttp")
+        create_topic(gw.bootstrap, topic)
+        producer = Producer(
+            {"bootstrap.servers": gw.bootstrap, "transactional.id": f"nohttp-{uuid.uuid4()}"}
+        )
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for i in range(40):
+            producer.produce(topic, b"nohttp-%02d" % i, partition=i % PARTITIONS)
+        producer.commit_transaction(30)
+        rows = read_all(gw.bootstrap, topic)
+        assert sorted(v for part in rows.values() for _, v in part) == [
+            b"nohttp-%02d" % i for i in range(40)
+        ]
+    finally:
+        gw.stop()
