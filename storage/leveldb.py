@@ -313,14 +313,30 @@ class LevelDBBackend:
         reverse: bool = False,
         include_start: bool = True,
     ) -> Iterator[tuple[bytes, bytes]]:
+        read = self._vlog.read
+        for key, value in self.scan_stored(
+            start, stop, reverse=reverse, include_start=include_start
+        ):
+            yield key, (value[1:] if value[0] != TAG_POINTER else read(value))
+
+    def scan_stored(
+        self,
+        start: bytes,
+        stop: bytes,
+        *,
+        reverse: bool = False,
+        include_start: bool = True,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """``scan`` with each value as LevelDB holds it: tagged, either the value itself
+        (tag 0) or a pointer into the value log (vlog.POINTER). A served:// worker reads the
+        pointed-at values from the segment files itself (served.SegmentReader)."""
         reverse, include_start = bool(reverse), bool(include_start)  # plyvel takes only bools
         it = self._db.iterator(start=start, stop=stop, reverse=reverse, include_start=include_start)
-        read = self._vlog.read
         found = False
         try:
             for key, value in it:
                 found = True
-                yield key, (value[1:] if value[0] != TAG_POINTER else read(value))
+                yield key, value
         finally:
             it.close()
         if reverse and include_start and not found and start < stop:
@@ -328,7 +344,7 @@ class LevelDBBackend:
             # range (Iterator.real_prev compares without include_start).
             value = self._db.get(start)
             if value is not None:
-                yield start, (value[1:] if value[0] != TAG_POINTER else read(value))
+                yield start, value
 
     def scan_keys(self, start: bytes, stop: bytes) -> Iterator[bytes]:
         # Without values: a large value-log value would be read (and its segment kept in

@@ -25,8 +25,8 @@ the arrays of lengths in a list, in this machine's own order: the socket is loca
     PHASES   sync(u8) phases(u32) phases x list                   -> nothing
     CAS      key, optional expected, optional value               -> won(u8)
     GET      key                                                  -> optional value
-    SCAN     start, stop, flags(u8: 1 reverse, 2 include start), limit(u32)
-                                            -> more(u8) list
+    SCAN     start, stop, flags(u8: 1 reverse, 2 include start, 4 values as stored),
+             limit(u32)                     -> more(u8: 1 more, 2 values as stored) list
     KEYS     start, stop, limit(u32)        -> more(u8) n(u32) n key lengths, the keys
     GC       (nothing)                      -> JSON object of counts (bytes)
     SEEK     prefix, offset(u64)            -> found(u8) [key, optional value]
@@ -49,11 +49,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import mmap
 import os
 import socket
 import struct
 import threading
 from array import array
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -61,6 +63,10 @@ from itertools import accumulate
 from .backend import Backend, Mutation
 from .errors import BackendError, DiskFull
 from .reader import find_offset_row
+from .vlog import POINTER, TAG_POINTER
+
+VLOG_DIR = "vlog"  # the value log's folder in a leveldb:// store (leveldb.VLOG_DIR)
+TAG_POINTER_BYTE = bytes([TAG_POINTER])
 
 log = logging.getLogger("tmsgate.served")
 
@@ -221,9 +227,9 @@ def decode_request(body: bytes | memoryview) -> tuple[int, tuple[object, ...]]:
         args = (r.bytes_(),)
     elif op == SCAN:
         start, stop, flags, limit = r.bytes_(), r.bytes_(), r.u8(), r.u32()
-        if flags > 3:
+        if flags > 7:
             raise Malformed(f"unknown scan flags {flags}")
-        args = (start, stop, bool(flags & 1), bool(flags & 2), limit)
+        args = (start, stop, bool(flags & 1), bool(flags & 2), limit, bool(flags & 4))
     elif op == KEYS:
         args = (r.bytes_(), r.bytes_(), r.u32())
     elif op == GC:
@@ -444,10 +450,13 @@ class BackendServer:
         if op == GET:
             return [encode_bytes(backend.get(args[0]))]  # type: ignore[arg-type]
         if op == SCAN:
-            start, stop, reverse, include_start, limit = args
+            start, stop, reverse, include_start, limit, stored = args
             rows: list[tuple[bytes, bytes]] = []
             cap, size, more = max(1, min(limit, SCAN_ROWS_MAX)), 0, False  # type: ignore[call-overload]
-            found = backend.scan(
+            # Values as LevelDB holds them, when asked and this backend has them: the
+            # worker reads a value-log value from the segment file itself (SegmentReader).
+            stored = stored and hasattr(backend, "scan_stored")
+            found = (backend.scan_stored if stored else backend.scan)(  # type: ignore[attr-defined]
                 start,  # type: ignore[arg-type]
                 stop,  # type: ignore[arg-type]
                 reverse=reverse,  # type: ignore[arg-type]
@@ -460,7 +469,7 @@ class BackendServer:
                         break
                     rows.append(row)
                     size += len(row[1])
-            out = [bytes([more])]
+            out = [bytes([more | (2 if stored else 0)])]
             encode_mutations(out, rows)
             return out
         if op == KEYS:
@@ -520,6 +529,60 @@ class BackendServer:
 # --- the workers' side -----------------------------------------------------------------------
 
 
+class SegmentReader:
+    """Value-log values read from the owner's segment files, mapped read-only here (at most
+    MAX_MAPPED at once, the oldest unmapped first). Safe without the owner: a segment is
+    only appended to, every pointer the owner gave names bytes already synced, and ids are
+    never reused; a segment collected since is gone (None: ask the owner for the row), and
+    one still mapped here keeps its bytes until unmapped."""
+
+    MAX_MAPPED = 64
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._maps: OrderedDict[int, mmap.mmap] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def read(self, pointer: bytes) -> bytes | None:
+        _, seg_id, at, length = POINTER.unpack(pointer)
+        for _ in range(3):
+            view = self._map(seg_id)
+            if view is None:
+                return None
+            try:
+                value = view[at : at + length]
+            except ValueError:  # unmapped by another thread meanwhile: map it again
+                continue
+            if len(value) == length:
+                return value
+            return None  # shorter than the pointer says: not the file the pointer meant
+        return None
+
+    def _map(self, seg_id: int) -> mmap.mmap | None:
+        with self._lock:
+            view = self._maps.get(seg_id)
+            if view is not None and not view.closed:
+                self._maps.move_to_end(seg_id)
+                return view
+            path = os.path.join(self.directory, f"{seg_id:016d}.vlog")
+            try:
+                with open(path, "rb") as f:
+                    view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # collected (or empty): the owner answers instead
+                return None
+            self._maps[seg_id] = view
+            while len(self._maps) > self.MAX_MAPPED:
+                _, old = self._maps.popitem(last=False)
+                old.close()
+            return view
+
+    def close(self) -> None:
+        with self._lock:
+            for view in self._maps.values():
+                view.close()
+            self._maps.clear()
+
+
 class ServedBackend:
     """The backend a worker opens: every call a request to the owner, on this thread's
     own connection. The owner writes a batch (phases too) as one LevelDB batch, so
@@ -537,6 +600,10 @@ class ServedBackend:
         # the answer to the HELLO that opens every connection.
         self.path = ""
         self._conn()
+        # The value log's segments, read here rather than sent over the socket (a store on
+        # this machine: the owner said where); None: every value comes with its row.
+        vlog_dir = os.path.join(self.path, VLOG_DIR) if self.path else ""
+        self._segments = SegmentReader(vlog_dir) if os.path.isdir(vlog_dir) else None
 
     def _conn(self) -> socket.socket:
         conn: socket.socket | None = getattr(self._local, "conn", None)
@@ -618,8 +685,9 @@ class ServedBackend:
         include_start: bool = True,
     ) -> Iterator[tuple[bytes, bytes]]:
         limit = SCAN_ROWS_FIRST
+        stored = 4 if self._segments is not None else 0
         while True:
-            flags = (1 if reverse else 0) | (2 if include_start else 0)
+            flags = (1 if reverse else 0) | (2 if include_start else 0) | stored
             answer = Reader(
                 self._call(
                     [
@@ -633,8 +701,11 @@ class ServedBackend:
             )
             more = answer.u8()
             rows = answer.mutations()
-            yield from rows  # type: ignore[misc]  (a scanned row always has its value)
-            if not more or not rows:
+            if more & 2:  # stored values: tagged, value-log values by pointer
+                yield from self._resolved(rows)  # type: ignore[arg-type]
+            else:
+                yield from rows  # type: ignore[misc]  (a scanned row always has its value)
+            if not more & 1 or not rows:
                 return
             last = rows[-1][0]
             if reverse:
@@ -642,6 +713,20 @@ class ServedBackend:
             else:
                 start, include_start = last, False
             limit = min(limit * 4, SCAN_ROWS_MAX)
+
+    def _resolved(self, rows: list[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+        segments = self._segments
+        assert segments is not None
+        for key, stored in rows:
+            if stored[:1] != TAG_POINTER_BYTE:
+                yield key, stored[1:]
+                continue
+            value = segments.read(stored)
+            if value is None:  # its segment was collected since: ask the owner
+                value = self.get(key)
+                if value is None:
+                    continue  # the row went meanwhile (a scan promises no snapshot)
+            yield key, value
 
     def scan_keys(self, start: bytes, stop: bytes) -> Iterator[bytes]:
         limit = SCAN_ROWS_FIRST * 4
@@ -681,6 +766,8 @@ class ServedBackend:
             conns, self._all = self._all, []
         for conn in conns:
             conn.close()
+        if self._segments is not None:
+            self._segments.close()
 
 
 def open_url(

@@ -58,6 +58,7 @@ from tmsgate.storage.served import (
     encode_mutations,
 )
 from tmsgate.storage.store import open_store
+from tmsgate.storage.vlog import POINTER, TAG_POINTER
 
 U32 = struct.Struct(">I")
 END = b"\xff" * 8
@@ -76,6 +77,7 @@ class Recorder(ServedBackend):
 
     def __init__(self) -> None:  # no owner to greet
         self.sent: list[bytes] = []
+        self._segments = None  # every value comes with its row
 
     def _call(self, parts: list[bytes]) -> memoryview:
         body = b"".join(parts)
@@ -124,7 +126,7 @@ def make_call(client: Recorder, call: tuple) -> tuple[int, tuple[object, ...]]:
     if name == "scan":
         start, stop, reverse, include_start = args
         list(client.scan(start, stop, reverse=reverse, include_start=include_start))
-        return SCAN, (start, stop, reverse, include_start, SCAN_ROWS_FIRST)
+        return SCAN, (start, stop, reverse, include_start, SCAN_ROWS_FIRST, False)
     if name == "scan_keys":
         list(client.scan_keys(*args))
         return KEYS, (args[0], args[1], SCAN_ROWS_FIRST * 4)
@@ -215,7 +217,7 @@ def test_malformed_names_what_is_wrong() -> None:
         bytes([GET]) + U32.pack(10) + b"abc": "runs past the frame's end",
         bytes([GET]) + U32.pack(NONE): "cannot be absent",
         bytes([GC]) + b"xy": "2 bytes after the last field",
-        scan_request(b"a", b"b", 4, 1): "scan flags 4",
+        scan_request(b"a", b"b", 8, 1): "scan flags 8",
         bytes([WRITE, 1]) + U32.pack(1000): "2000 lengths cannot fit",
         bytes([WRITE, 1]) + U32.pack(1) + lengths(1, 5) + b"k": "run past the frame's end",
         bytes([KEYS]) + encode_bytes(b"a") + encode_bytes(b"b"): "frame ends early",
@@ -534,3 +536,20 @@ def test_seek_offset_finds_the_row_the_backend_itself_finds(owner: Owner) -> Non
                     assert found == (key, owner.backend.get(key)), offset
     finally:
         store.close()
+
+
+def test_value_log_values_are_read_from_the_segments_here(owner: Owner) -> None:
+    """Values the owner keeps in its value log come back by pointer and are read from the
+    segment files by the client (the rows carry 13 bytes, not the value); a pointer into a
+    segment collected since makes the client ask the owner for the row instead."""
+    client = owner.client()
+    assert client._segments is not None, "the owner's value log is on this machine"
+    big = {b"M-big-%03d" % i: bytes([i]) * 100_000 for i in range(8)}  # value log sized
+    client.write(list(big.items()))
+    assert dict(client.scan(b"M-big-", b"M-big-\xff")) == big
+    assert dict(client.scan(b"M-big-", b"M-big-\xff", reverse=True)) == big
+    # A row as the owner would send it, pointing into a segment that is gone.
+    gone = POINTER.pack(TAG_POINTER, 999_999, 8, 100_000)
+    key = b"M-big-003"
+    assert list(client._resolved([(key, gone)])) == [(key, big[key])]
+    assert list(client._resolved([(b"M-missing", gone)])) == []  # gone with its row
