@@ -69,6 +69,8 @@ committing is "unknown": all or nothing is fine, part of it is torn.
 
 ``--cluster 3``: three ``tmsgate serve --cluster`` on one hbase:// store (the HBase stand-in
 by default), the controller and other gateways killed in turn; txn_history_cluster.py.
+``--workers 3``: one ``tmsgate serve --workers 3`` on LevelDB, a worker (the controller, another)
+or the store's owner killed in turn; txn_history_workers.py.
 
 Without --bootstrap it starts its own ``tmsgate serve`` (Kafka and HTTP listeners on free
 ports, LevelDB store in the work dir). Progress goes to stderr, the summary (JSON: counts,
@@ -494,7 +496,7 @@ def worker_http(spec: dict) -> int:
     wid, topics = spec["id"], spec["topics"]
     pace = spec.get("pace_s", 0.05)
     commit_p = spec.get("commit_p", 0.7)
-    gws = HttpGateways(spec.get("https") or [spec["http"]], rng)
+    gws = HttpGateways(spec.get("https") or [spec["http"]], rng, log=log)
     errors: list = []
 
     def cb(err, msg):
@@ -1477,7 +1479,8 @@ class History:
             "eos_group_offset": group_offset,
             "real_kafka": self.a.real_kafka,
             "faults": self.faults,
-            "atomic_visibility": not self.a.cluster,
+            # several gateways (or workers) each show a commit when they learn of it
+            "atomic_visibility": not (self.a.cluster or self.a.workers),
         }
         with open(self.workdir / "history.json", "w") as f:  # --recheck DIR reads it again
             json.dump(data, f, default=_jsonable)
@@ -2046,6 +2049,14 @@ def parse_args(argv):
         help="with --cluster: the shared store (default: the HBase stand-in, started here)",
     )
     ap.add_argument("--lease-ms", type=int, default=2000, help="with --cluster: --lease-ms")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="one `tmsgate serve --workers N` on a LevelDB store, the controller worker, "
+        "another worker and the parent killed in turn (txn_history_workers.py)",
+    )
     ap.add_argument("--workdir", help="keep store, gateway log and writer logs here")
     ap.add_argument("--keep", action="store_true", help="keep the work dir even when all is 0")
     ap.add_argument("--json-out", help="also write the summary here")
@@ -2056,6 +2067,8 @@ def parse_args(argv):
         a.no_http = True
     if a.cluster and a.bootstrap:
         ap.error("--cluster starts its own gateways: no --bootstrap")
+    if a.workers and (a.bootstrap or a.cluster or a.no_http):
+        ap.error("--workers starts its own gateway with HTTP: no --bootstrap, --cluster, --no-http")
     return a
 
 
@@ -2084,6 +2097,10 @@ def main(argv=None) -> int:
         from txn_history_cluster import ClusterHistory
 
         h: History = ClusterHistory(a)
+    elif a.workers:
+        from txn_history_workers import WorkersHistory
+
+        h = WorkersHistory(a)
     else:
         h = History(a)
     summary = None

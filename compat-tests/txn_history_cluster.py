@@ -62,9 +62,12 @@ class HttpGateways:
     gateway killed). Anything else is the caller's to judge. One URL: a single gateway,
     the same calls."""
 
-    def __init__(self, urls: list[str], rng: random.Random, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, urls: list[str], rng: random.Random, timeout_s: float = 10.0, log=None
+    ) -> None:
         self.urls = list(urls)
         self.rng = rng
+        self.log = log  # a writer's Log: each 421 followed is logged (``http_421``)
         self.client = httpx.Client(timeout=timeout_s)
 
     def pick(self, avoid: str | None = None) -> str:
@@ -99,6 +102,10 @@ class HttpGateways:
                 leader = None
                 with contextlib.suppress(ValueError, AttributeError):
                     leader = r.json().get("leaderUrl")
+                if self.log is not None:
+                    self.log(
+                        "http_421", path=path, gw=url, leader=leader, body=r.text[:200], t=th.mono()
+                    )
                 url = leader or self.pick(avoid=url)
                 time.sleep(0.05 if leader else 0.3)
                 continue
@@ -420,7 +427,7 @@ def check_write_pointers(data: dict, bad, stats: Counter) -> None:
             bad("wp_not_increasing", txn=x, wp=wp, t_ask=t_ask, after_txn=top_x, after_wp=top)
     # the controller kills the check spans: a start answered before, one asked after
     for f in data.get("faults", []):
-        if f.get("role") not in ("controller", "all"):
+        if f.get("role") not in ("controller", "all", "parent"):  # parent: serve --workers
             continue
         if any(s[1] < f["t"] for s in starts) and any(s[0] > f["t"] for s in starts):
             stats["wp_check_spans_controller_kills"] += 1

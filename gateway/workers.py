@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import ctypes
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -120,6 +121,46 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+# Each worker's own ports, kept beside the store: a client knows the brokers' addresses
+# from Metadata and, with metadata.recovery.strategy=none (the Java client's default
+# before Kafka 4.0), never bootstraps again, so a restarted server must come back at
+# the same addresses, as a restarted Kafka broker does.
+PORTS_FILE = "workers.json"
+
+
+def _remembered_ports(store_path: str) -> dict[str, int]:
+    try:
+        with open(os.path.join(store_path, PORTS_FILE)) as f:
+            ports = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(ports, dict):
+        return {}
+    return {str(k): v for k, v in ports.items() if isinstance(v, int) and 0 < v < 65536}
+
+
+def _remember_ports(store_path: str, workers: list[Worker]) -> None:
+    ports = {f"kafka/{w.index}": w.kafka.getsockname()[1] for w in workers}
+    ports |= {f"http/{w.index}": w.http.getsockname()[1] for w in workers if w.http}
+    path = os.path.join(store_path, PORTS_FILE)
+    try:
+        with open(path + ".tmp", "w") as f:
+            json.dump(ports, f)
+        os.replace(path + ".tmp", path)
+    except OSError as exc:  # the next start picks new ports: clients bootstrap again
+        log.warning("cannot remember the workers' ports in %s: %s", path, exc)
+
+
+def _bind_again(host: str, port: int | None) -> socket.socket:
+    """The port a worker had at the last start, or a free one if it is taken now."""
+    if port:
+        try:
+            return _bind(host, port)
+        except OSError as exc:
+            log.warning("port %d of the last start is taken (%s); a new one is used", port, exc)
+    return _bind(host, 0)
+
+
 def _address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host.strip("[]"), int(port)
@@ -191,15 +232,17 @@ class Supervisor:
             self._shared["kafka"] = _bind(kafka_host, kafka_port)
             if not args.no_http:  # else the workers' own listeners only, for their calls
                 self._shared["http"] = _bind(http_host, http_port)
+            ports = _remembered_ports(store_path)
             for index in range(self.count):
                 self._workers.append(
                     Worker(
                         index,
                         args.node_id + index,
-                        _bind(kafka_host, 0),
-                        _bind(http_host, 0),
+                        _bind_again(kafka_host, ports.get(f"kafka/{index}")),
+                        _bind_again(http_host, ports.get(f"http/{index}")),
                     )
                 )
+            _remember_ports(store_path, self._workers)
         except OSError as exc:
             log.error("cannot listen: %s (--kafka-listen / --http-listen)", exc)
             return 1
