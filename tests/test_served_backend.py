@@ -34,7 +34,8 @@ from tmsgate.storage.backend import open_backend
 from tmsgate.storage.errors import BackendError
 from tmsgate.storage.ids import TopicId
 from tmsgate.storage.reader import find_offset_row
-from tmsgate.storage.served import (
+from tmsgate.storage.served import BackendServer, ServedBackend
+from tmsgate.storage.served_wire import (
     CAS,
     ERROR,
     GC,
@@ -49,10 +50,8 @@ from tmsgate.storage.served import (
     SCAN_ROWS_FIRST,
     SEEK,
     WRITE,
-    BackendServer,
     Malformed,
     Reader,
-    ServedBackend,
     decode_request,
     encode_bytes,
     encode_mutations,

@@ -231,9 +231,7 @@ class TxnCoordinator:
             await asyncio.shield(self._loading)
         except Exception as exc:
             self._loading = None
-            # Asked again by the next request (the client retries COORDINATOR_NOT_AVAILABLE):
-            # right after a takeover a recorded commit's partitions may have no leader yet.
-            log.warning("loading Kafka transactions failed (the next request tries again): %s", exc)
+            log.warning("loading Kafka transactions failed (the client retries): %s", exc)
             raise TxnError(E.COORDINATOR_NOT_AVAILABLE, f"loading transactions: {exc}") from exc
 
     async def _load(self) -> None:
