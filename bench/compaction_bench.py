@@ -9,7 +9,9 @@ Without --bootstrap it starts its own `tmsgate serve` (LevelDB in a temp dir) wi
 4.1 started with `log.cleaner.backoff.ms=1000` (say so beside the figures).
 
 The workload (1 KiB values, confluent-kafka, acks=all, one partition):
-1. `baseline`: 200,000 records to a plain topic, msgs/s (after an untimed warm-up).
+1. `baseline`: records to a plain topic exactly as `during` below produces them (rounds of
+   --plain / 8 records, a producer per round) for --baseline-s seconds, msgs/s (after an
+   untimed warm-up).
 2. `write`: --records records over --keys keys to a compacted topic (cleanup.policy
    compact, segment.bytes 16 MiB, segment.ms 1000, min.cleanable.dirty.ratio 0.01 (with
    Kafka's 0.5 the tail written after its last pass stays dirty), defaults otherwise), then
@@ -18,8 +20,8 @@ The workload (1 KiB values, confluent-kafka, acks=all, one partition):
    record arrives after segment.ms (tmsgate's head ends by time the same way).
    The topic is created with min.compaction.lag.ms 1 h, so that nothing is cleaned while
    it is written; IncrementalAlterConfigs then sets it to 0, which starts the cleaning.
-3. `during`: from then on, records to another plain topic in rounds of 25,000 for as
-   long as the cleaner works, msgs/s, and its ratio to `baseline` (target: >= 0.8).
+3. `during`: from then on, records to another plain topic in the same rounds for as long
+   as the cleaner works, msgs/s, and its ratio to `baseline` (target: >= 0.8).
 4. `cleaned_s`: from the alteration until a read of the compacted
    topic from offset 0 returns each key at most once (the latest value or tombstone of
    every key: --keys + 1 records), probed every half second; `cleaner_records_per_s` is
@@ -39,6 +41,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import confluent_kafka
@@ -163,12 +166,30 @@ def probe(bootstrap: str, topic: str, latest: dict[bytes, bytes | None], limit: 
     return count
 
 
+def produce_rounds(
+    bootstrap: str,
+    topic: str,
+    chunk: list[tuple[bytes | None, bytes | None]],
+    done: Callable[[], bool],
+) -> float:
+    """msgs/s of ``chunk`` produced round after round (a producer each) until ``done()``."""
+    records = seconds = 0.0
+    while not done() or not records:
+        seconds += produce(bootstrap, topic, chunk)
+        records += len(chunk)
+    return records / seconds
+
+
 def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, object]:
     report: dict[str, object] = {}
     plain = [(None, VALUE)] * args.plain
+    chunk = plain[: max(args.plain // 8, 1)]
     produce(bootstrap, create(bootstrap, "warmup", {}), plain[: args.plain // 4])  # untimed
+    base_end = time.monotonic() + args.baseline_s
     report["baseline_msgs_per_s"] = round(
-        args.plain / produce(bootstrap, create(bootstrap, "base", {}), plain)
+        produce_rounds(
+            bootstrap, create(bootstrap, "base", {}), chunk, lambda: time.monotonic() > base_end
+        )
     )
     log(f"baseline produce: {report['baseline_msgs_per_s']} msgs/s")
     topic = create(bootstrap, "compacted", COMPACTED)
@@ -187,13 +208,10 @@ def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, 
     avoid = leader_of(bootstrap, topic) if args.workers > 1 else None
     during_topic = create(bootstrap, "during", {}, avoid=avoid)
     cleaned_event = threading.Event()
-    during = {"records": 0.0, "seconds": 0.0}
+    during = {"msgs_per_s": 0.0}
 
     def produce_during() -> None:  # in rounds, for as long as the cleaner works
-        while not cleaned_event.is_set():
-            chunk = plain[: max(args.plain // 8, 1)]
-            during["seconds"] += produce(bootstrap, during_topic, chunk)
-            during["records"] += len(chunk)
+        during["msgs_per_s"] = produce_rounds(bootstrap, during_topic, chunk, cleaned_event.is_set)
 
     # The cleaner starts now: min.compaction.lag.ms held it off while the topic was written.
     admin = AdminClient(ck_common(bootstrap))
@@ -225,7 +243,7 @@ def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, 
     t.join()
     report["cleaned_s"] = round(cleaned, 1)
     report["cleaner_records_per_s"] = round(len(records) / cleaned)
-    report["during_msgs_per_s"] = round(during["records"] / during["seconds"])
+    report["during_msgs_per_s"] = round(during["msgs_per_s"])
     report["during_ratio"] = round(report["during_msgs_per_s"] / report["baseline_msgs_per_s"], 2)  # type: ignore[operator]
     if cpu0 is not None and pid:
         report["broker_cpu_s_until_clean"] = round(proc_cpu_seconds(pid) - cpu0, 1)
@@ -245,6 +263,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--tombstones", type=int, default=1_000)
     ap.add_argument("--plain", type=int, default=PLAIN_RECORDS)
+    ap.add_argument("--baseline-s", type=float, default=6.0, help="how long the baseline produces")
     ap.add_argument("--timeout-s", type=float, default=900)
     ap.add_argument("--data-dir", help="the broker's data directory, to measure space reclaimed")
     ap.add_argument("--settle-s", type=float, default=65.0)

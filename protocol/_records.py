@@ -198,6 +198,24 @@ def iter_batch_records(
         raise CorruptRecords(f"stored batch does not decode: {type(exc).__name__}: {exc}") from exc
 
 
+def batch_keys(raw: bytes | memoryview) -> tuple[list[bytes | None], list[int]]:
+    """The key of each record of a v2 batch kept as produced, and the indices of the
+    records whose value is null: all log compaction needs of most batches, without a
+    tuple per record (half the cost of ``iter_batch_records``). Raises CorruptRecords if
+    the records do not decode."""
+    found: list[bytes | None] = []
+    nulls: list[int] = []
+    append = found.append
+    try:
+        for rec in DefaultRecordBatch(raw):
+            append(rec.key)
+            if rec.value is None:
+                nulls.append(len(found) - 1)
+    except Exception as exc:  # codec errors come in many types (zstd, lz4, gzip, ...)
+        raise CorruptRecords(f"stored batch does not decode: {type(exc).__name__}: {exc}") from exc
+    return found, nulls
+
+
 def decode_records(raw: bytes | memoryview | None) -> list[ProducedBatch]:
     """Every batch of a Produce partition's records field."""
     if raw is None:

@@ -60,6 +60,13 @@ class Backend(Protocol):
         """The keys in [start, stop), ascending, without their values: what a delete
         needs (the LevelDB engine then reads nothing from its value log)."""
 
+    def scan_heads(
+        self, start: bytes, stop: bytes, head: int
+    ) -> Iterator[tuple[bytes, bytes, int]]:
+        """The rows in [start, stop), ascending, each as (key, the first ``head`` bytes of
+        its value, the value's length): what a survey of row sizes needs (the LevelDB
+        engine reads only those bytes from its value log)."""
+
     def collect_garbage(self) -> dict[str, int]:
         """Reclaim space the backend holds for deleted rows (the janitor calls this)."""
 

@@ -46,6 +46,7 @@ import json
 import logging
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -75,6 +76,7 @@ PACE_SLICE_S = 0.02  # the cleaner's work between two pauses (CompactionSettings
 PASSES_KEPT = 200  # pass end times remembered for tombstones (dropping one only delays)
 _PLACEHOLDER = keys.PACKED.pack(-1, -1, 0)  # a removed message: no meta or payload, TTL 0
 _HEAD = keys.ROW_HEAD
+_DROPPED: list[bytes | None] = []  # a mapped row's keys, no longer needed (never changed)
 
 Msg = tuple[bytes | None, bytes | None, int | None]  # payload, meta, ttl
 KeyOf = Callable[[bytes | None], bytes | None]
@@ -158,20 +160,21 @@ class _Checkpoint:
         return None
 
 
-# Per message of a row: its compaction key (None: keyless), whether it is a tombstone,
-# whether it is already gone (removed before, or past its own TTL).
-Entry = tuple[bytes | None, bool, bool]
-
-
 @dataclass(slots=True)
 class _Row:
+    """A MessageTable row as the cleaner sees it. Per message (by index in the row): its
+    compaction key (``keys``, None: keyless), whether it is a tombstone (``tombstones``)
+    and whether it is already gone (``gone``: removed before, or past its own TTL)."""
+
     key: bytes
-    value: bytes
+    value: bytes | None  # None once mapped (see _Mapped): read again if a rewrite needs it
     base: int
     count: int
     ts: int
     size: int
-    entries: list[Entry] | None  # None: nothing to clean in it (a gap)
+    keys: list[bytes | None] | None  # None: nothing to clean in it (a gap)
+    tombstones: list[int] = field(default_factory=list)
+    gone: list[int] = field(default_factory=list)
     wp: int | None = None  # a reference row's write pointer (its PayloadTable rows)
     aborted: bool = False  # an aborted transaction's row: becomes a gap
     loaded: list[Msg] | None = None  # its messages, once decoded
@@ -180,8 +183,23 @@ class _Row:
         """Decoded when a rewrite needs them: a Kafka batch's keys come without building
         each record's meta (most rows of a compacted topic lose every message)."""
         if self.loaded is None:
+            assert self.value is not None
             self.loaded = keys.unpack_messages(self.value)
         return self.loaded
+
+
+@dataclass(slots=True)
+class _Mapped:
+    """What a pass's map keeps of the dirty rows it read, for the rewrite: rows without
+    their values or keys. A row of plain messages (``plain``: none gone, no transaction)
+    keeps exactly the messages whose offsets the map holds as their key's latest, and its
+    keyless ones, so the rewrite needs neither a second read nor a look at each message
+    (a row that loses them all, most of a compacted topic, is never read again). Other
+    rows are read again and decided message by message."""
+
+    rows: list[_Row] = field(default_factory=list)
+    keyless: dict[int, list[int]] = field(default_factory=dict)  # row base -> offsets
+    latest: list[int] = field(default_factory=list)  # the map's offsets, sorted
 
 
 class _Stopped(Exception):
@@ -300,10 +318,10 @@ class Cleaner:
             return 0, 0, False
         cleanable = end
         if end > ck.dirty:
-            key_map, end = self._map(st, ck, end, s, now)
+            key_map, end, mapped = self._map(st, ck, end, s, now)
         else:  # only tombstones to remove from the clean part
-            key_map, end = {}, ck.dirty
-        removed, before, after, due = self._rewrite(st, ck, key_map, end, s, now)
+            key_map, end, mapped = {}, ck.dirty, _Mapped()
+        removed, before, after, due = self._rewrite(st, ck, key_map, mapped, end, s, now)
         ck.dirty, ck.clean_bytes, ck.due = end, after, due
         ck.passes.append([end, now])
         del ck.passes[:-PASSES_KEPT]
@@ -336,10 +354,10 @@ class Cleaner:
         known = self._surveyed.get(st.topic)
         rows = [r for r in known[1] if r[0] > ck.dirty] if known and known[0] == gen else []
         start = rows[-1][0] if rows else ck.dirty
-        for row in self._rows(st, start, st.visible_offset, now, decode=False):
-            if row.ts > lag_cut:
+        for end, size, ts in self._sizes(st, start, st.visible_offset, now):
+            if ts > lag_cut:
                 break
-            rows.append((row.base + row.count, row.size, row.ts))
+            rows.append((end, size, ts))
         self._surveyed[st.topic] = (gen, rows)
         # The head: the newest rows, under segment.bytes together, published within
         # segment.ms; the cleanable part ends where it begins.
@@ -358,41 +376,53 @@ class Cleaner:
 
     def _map(
         self, st: TopicState, ck: _Checkpoint, end: int, s: CompactionSettings, now: int
-    ) -> tuple[dict[bytes, int], int]:
-        """The latest offset of every key in [dirty, end), and where the map stopped."""
+    ) -> tuple[dict[bytes, int], int, _Mapped]:
+        """The latest offset of every key in [dirty, end), where the map stopped, and the
+        rows it read."""
         cap = max(1000, s.buffer_bytes // ENTRY_BYTES)
-        key_map: dict[bytes, int] = {}
+        key_map: dict[bytes | None, int] = {}
+        mapped = _Mapped()
         reached = ck.dirty
         for row in self._rows(st, ck.dirty, end, now):
-            if row.entries is None:
+            ks = row.keys
+            if ks is None:  # a gap: kept as it is
+                mapped.rows.append(row)
                 reached = row.base + row.count
                 continue
-            base = row.base
-            new_keys = [(k, base + i) for i, (k, _, _) in enumerate(row.entries) if k is not None]
-            if key_map and len(key_map) + len(new_keys) > cap:
+            if key_map and len(key_map) + len(ks) > cap:
                 break
-            for k, offset in new_keys:
-                key_map[k] = offset
-            reached = row.base + row.count
-        return key_map, reached
+            base = row.base
+            key_map.update(zip(ks, range(base, base + len(ks)), strict=True))
+            if None in ks:
+                mapped.keyless[base] = [base + i for i, k in enumerate(ks) if k is None]
+            row.value, row.loaded, row.keys = None, None, _DROPPED  # read again if rewritten
+            mapped.rows.append(row)
+            reached = base + row.count
+        key_map.pop(None, None)  # keyless messages are never removed
+        mapped.latest = sorted(key_map.values())
+        return key_map, reached, mapped  # type: ignore[return-value]
 
     def _rewrite(
         self,
         st: TopicState,
         ck: _Checkpoint,
         key_map: dict[bytes, int],
+        mapped: _Mapped,
         end: int,
         s: CompactionSettings,
         now: int,
     ) -> tuple[int, int, int, int | None]:
         """Rewrite rows below ``end``: (messages removed, bytes before, bytes after, when
-        the first tombstone kept may be removed)."""
+        the first tombstone kept may be removed). Rows below the first dirty offset are
+        read again; the dirty rows are the map's (``mapped``)."""
         # Phase 1 is written as it is found, a chunk at a time (any part of it may land:
         # each removal keeps the later message of its key), each chunk followed by the
         # PayloadTable rows of rows it wrote out; phase 2 (tombstones) after all of it.
         phase1: list[Mutation] = []
         payload_keys: list[bytes] = []  # PayloadTable rows of rows written out or gapped
         phase2: list[Mutation] = []
+        totals = [0, 0, 0]  # removed, bytes before, bytes after
+        due: list[int] = []  # when kept tombstones may go
 
         def flush(force: bool = False) -> None:
             if phase1 and (force or len(phase1) >= WRITE_CHUNK):
@@ -402,27 +432,26 @@ class Cleaner:
                 self._write([(k, None) for k in payload_keys])
                 payload_keys.clear()
 
-        removed = before = after = 0
-        due: int | None = None
-        horizon = now - s.delete_retention_ms
-        for row in self._rows(st, 0, end, now):
-            flush()
-            before += row.size
-            if row.entries is None:
-                after += row.size
-                continue
+        def decide(row: _Row) -> None:
+            """A row's messages one by one, against the map and the tombstones' age."""
+            totals[1] += row.size
+            if row.keys is None:
+                totals[2] += row.size
+                return
             if row.aborted:  # never visible again: its offsets become a gap
                 value = keys.encode_gap(row.base, row.count)
                 phase1.append((row.key, value))
                 if row.wp is not None:
-                    payload_keys += self._payload_keys(st, row.wp)
-                after += len(value)
-                continue
+                    payload_keys.extend(self._payload_keys(st, row.wp))
+                totals[2] += len(value)
+                return
+            tombstone_at = set(row.tombstones)
+            gone_at = set(row.gone)
             keep: list[bool] = []
-            tombstones: list[int] = []
-            for i, (k, tombstone, already) in enumerate(row.entries):
+            expired: list[int] = []  # tombstones past delete.retention.ms
+            for i, k in enumerate(row.keys):
                 offset = row.base + i
-                if already:
+                if i in gone_at:
                     keep.append(False)
                     continue
                 latest = key_map.get(k) if k is not None else None
@@ -430,105 +459,183 @@ class Cleaner:
                     keep.append(False)
                     continue
                 keep.append(True)
-                if tombstone and k is not None:
+                if i in tombstone_at and k is not None:
                     cleaned = ck.first_cleaned_ms(offset) if offset < ck.dirty else None
                     if cleaned is not None and cleaned <= horizon:
-                        tombstones.append(i)
+                        expired.append(i)
                         continue
-                    when = (now if cleaned is None else cleaned) + s.delete_retention_ms
-                    due = when if due is None else min(due, when)
-            gone = [i for i, kept in enumerate(keep) if not kept]
-            fresh = [i for i in gone if not row.entries[i][2]]
-            if not gone and row.wp is None and not tombstones:
-                after += row.size
-                continue
+                    due.append((now if cleaned is None else cleaned) + s.delete_retention_ms)
+            lost = [i for i, kept in enumerate(keep) if not kept]
+            fresh = [i for i in lost if i not in gone_at]
+            if not lost and row.wp is None and not expired:
+                totals[2] += row.size
+                return
             value = row.value
-            if gone or row.wp is not None:
+            if lost or row.wp is not None:
                 value = _rewritten(row, keep)
                 if value != row.value:
                     phase1.append((row.key, value))
                 if row.wp is not None:
-                    payload_keys += self._payload_keys(st, row.wp)
-            if tombstones:
-                for i in tombstones:
+                    payload_keys.extend(self._payload_keys(st, row.wp))
+            if expired:
+                for i in expired:
                     keep[i] = False
                 value = _rewritten(row, keep)
                 phase2.append((row.key, value))
-                fresh += tombstones
-            removed += len(fresh)
-            after += len(value)
+                fresh += expired
+            totals[0] += len(fresh)
+            totals[2] += len(value)  # type: ignore[arg-type]
+
+        horizon = now - s.delete_retention_ms
+        for row in self._rows(st, 0, min(end, ck.dirty), now):
+            flush()
+            decide(row)
+        latest = mapped.latest
+        for row in mapped.rows:
+            self._pace()
+            flush()
+            if row.base < ck.dirty:
+                continue  # decided above, with the clean part
+            if row.keys is None:  # a gap
+                totals[1] += row.size
+                totals[2] += row.size
+                continue
+            if row.gone or row.wp is not None or row.aborted:
+                again = self._reread(st, row, now)
+                if again is not None:
+                    decide(again)
+                continue
+            # A plain dirty row: it keeps its messages that are their key's latest (the
+            # map holds each key's latest offset in the dirty part) and its keyless ones.
+            first, stop = row.base, row.base + row.count
+            kept = latest[bisect_left(latest, first) : bisect_left(latest, stop)]
+            keyless = mapped.keyless.get(row.base, ())
+            if row.tombstones and not set(kept).isdisjoint(first + i for i in row.tombstones):
+                due.append(now + s.delete_retention_ms)  # first cleaned now: kept for now
+            if keyless:
+                kept = sorted([*kept, *keyless])
+            totals[1] += row.size
+            if len(kept) == row.count:
+                totals[2] += row.size
+                continue
+            totals[0] += row.count - len(kept)
+            if not kept:
+                value = keys.encode_gap(row.base, row.count)
+            else:
+                again = self._reread(st, row, now)
+                if again is None:
+                    totals[0] -= row.count - len(kept)
+                    totals[2] += row.size
+                    continue
+                keep = [False] * row.count
+                for offset in kept:
+                    keep[offset - first] = True
+                value = _rewritten(again, keep)
+            phase1.append((row.key, value))
+            totals[2] += len(value)
         flush(force=True)
         self._write(phase2)
-        return removed, before, after, due
+        removed, before, after = totals
+        return removed, before, after, min(due) if due else None
+
+    def _reread(self, st: TopicState, row: _Row, now: int) -> _Row | None:
+        """A mapped row read again for its messages (None: it changed meanwhile, left
+        alone until the next pass)."""
+        value = self._house.backend.get(row.key)
+        if value is None:
+            return None
+        again = self._decode(st, row.key, value, now)
+        if again is None or (again.base, again.count) != (row.base, row.count):
+            return None
+        return again
 
     # --- rows ----------------------------------------------------------------------------
-    def _rows(
-        self, st: TopicState, from_offset: int, end: int, now: int, decode: bool = True
-    ) -> Iterator[_Row]:
-        """The MessageTable rows covering [from_offset, end), with their messages (none
-        without ``decode``: sizes and times only); stops at a transaction still in
-        progress or committed too recently."""
-        house = self._house
-        backend = house.backend
+    def _start(self, st: TopicState, from_offset: int) -> bytes:
+        """The key of the row holding ``from_offset`` (or of the first row after it)."""
         if from_offset > 0:
-            start = reader.start_for_offset(backend, st, from_offset).key
-        else:
-            start = st.msg_prefix
+            return reader.start_for_offset(self._house.backend, st, from_offset).key
+        return st.msg_prefix
+
+    def _sizes(
+        self, st: TopicState, from_offset: int, end: int, now: int
+    ) -> Iterator[tuple[int, int, int]]:
+        """(end offset, size, publish time) of the MessageTable rows covering
+        [from_offset, end), their messages not read (a transaction's row is, to see
+        whether it may be cleaned yet); stops where ``_rows`` would."""
         plen = len(st.msg_prefix)
-        tx = house.transactions
-        for key, value in house.tables.messages.topic_rows(st, start):
+        messages = self._house.tables.messages
+        for key, head, size in messages.topic_row_heads(st, self._start(st, from_offset)):
             self._pace()
-            flags, base, count = _HEAD.unpack_from(value)
+            flags, base, count = _HEAD.unpack_from(head)
             if base >= end:
                 return
             if base + count <= from_offset:
                 continue
-            ts = keys.MESSAGE_SUFFIX.unpack_from(key, plen)[0]
-            if flags & keys.F_GAP:
-                yield _Row(key, value, base, count, ts, len(value), None)
+            if flags & keys.F_TX and not flags & keys.F_GAP:
+                value = self._house.backend.get(key)
+                row = self._decode(st, key, value, now) if value is not None else None
+                if row is None:
+                    return  # in progress, committed too recently, or gone meanwhile
+                size = row.size  # with its PayloadTable rows
+            yield base + count, size, keys.MESSAGE_SUFFIX.unpack_from(key, plen)[0]
+
+    def _rows(self, st: TopicState, from_offset: int, end: int, now: int) -> Iterator[_Row]:
+        """The MessageTable rows covering [from_offset, end), with their messages' keys;
+        stops at a transaction still in progress or committed too recently."""
+        messages = self._house.tables.messages
+        for key, value in messages.topic_rows(st, self._start(st, from_offset)):
+            self._pace()
+            base, count = _HEAD.unpack_from(value)[1:]
+            if base >= end:
+                return
+            if base + count <= from_offset:
                 continue
-            if not decode and not flags & keys.F_TX:  # the survey: sizes and times only
-                yield _Row(key, value, base, count, ts, len(value), [])
-                continue
-            if flags == keys.F_KAFKA_BATCH:
-                found = [(self._digest(k), v, False) for k, v in keys.kafka_batch_keys(value)]
-                yield _Row(key, value, base, count, ts, len(value), found)
-                continue
-            if flags & keys.F_PACKED:
-                msgs = keys.unpack_messages(value)
-                yield self._row(key, value, base, count, ts, len(value), msgs, now)
-                continue
-            flags, base, count, wp, ttl, meta, payload = keys.decode_row(value)
-            if wp is None:
-                msgs = [(payload, meta, ttl)]
-                yield self._row(key, value, base, count, ts, len(value), msgs, now)
-                continue
-            vis = tx.visibility_now(wp)
-            if vis is Visibility.HOLD or (vis is Visibility.ACCEPT and ts > now - TX_SETTLE_MS):
+            row = self._decode(st, key, value, now)
+            if row is None:
                 return  # the cleanable part ends here (Kafka: the last stable offset)
-            reference = not flags & (keys.F_PAYLOAD | keys.F_NULL)
-            if vis is Visibility.SKIP:
-                ref = abs(wp) if reference else None
-                yield _Row(key, value, base, count, ts, len(value), [], ref, aborted=True)
-                continue
-            if not reference:
-                msgs = [(payload, meta, ttl)]
-                yield self._row(key, value, base, count, ts, len(value), msgs, now)
-                continue
-            msgs, size = self._payload_messages(st, wp)
-            if len(msgs) != count:  # not what the row says: leave it alone
-                log.warning(
-                    "%s: reference row at offset %d holds %d of %d messages: not cleaned",
-                    st.topic,
-                    base,
-                    len(msgs),
-                    count,
-                )
-                yield _Row(key, value, base, count, ts, len(value), None)
-                continue
-            row = self._row(key, value, base, count, ts, len(value) + size, msgs, now)
-            row.wp = wp
             yield row
+
+    def _decode(self, st: TopicState, key: bytes, value: bytes, now: int) -> _Row | None:
+        """One MessageTable row with its messages' keys; None at a transaction still in
+        progress or committed too recently."""
+        flags, base, count = _HEAD.unpack_from(value)
+        ts = keys.MESSAGE_SUFFIX.unpack_from(key, len(st.msg_prefix))[0]
+        if flags & keys.F_GAP:
+            return _Row(key, value, base, count, ts, len(value), None)
+        if flags == keys.F_KAFKA_BATCH:
+            found, nulls = keys.kafka_batch_keys(value)
+            digests = [k if k is None or len(k) <= 16 else _hashed(k) for k in found]
+            return _Row(key, value, base, count, ts, len(value), digests, nulls)
+        if flags & keys.F_PACKED:
+            msgs = keys.unpack_messages(value)
+            return self._row(key, value, base, count, ts, len(value), msgs, now)
+        flags, base, count, wp, ttl, meta, payload = keys.decode_row(value)
+        if wp is None:
+            msgs = [(payload, meta, ttl)]
+            return self._row(key, value, base, count, ts, len(value), msgs, now)
+        vis = self._house.transactions.visibility_now(wp)
+        if vis is Visibility.HOLD or (vis is Visibility.ACCEPT and ts > now - TX_SETTLE_MS):
+            return None
+        reference = not flags & (keys.F_PAYLOAD | keys.F_NULL)
+        if vis is Visibility.SKIP:
+            ref = abs(wp) if reference else None
+            return _Row(key, value, base, count, ts, len(value), [], wp=ref, aborted=True)
+        if not reference:
+            msgs = [(payload, meta, ttl)]
+            return self._row(key, value, base, count, ts, len(value), msgs, now)
+        msgs, size = self._payload_messages(st, wp)
+        if len(msgs) != count:  # not what the row says: leave it alone
+            log.warning(
+                "%s: reference row at offset %d holds %d of %d messages: not cleaned",
+                st.topic,
+                base,
+                len(msgs),
+                count,
+            )
+            return _Row(key, value, base, count, ts, len(value), None)
+        row = self._row(key, value, base, count, ts, len(value) + size, msgs, now)
+        row.wp = wp
+        return row
 
     def _row(
         self,
@@ -541,11 +648,10 @@ class Cleaner:
         msgs: list[Msg],
         now: int,
     ) -> _Row:
-        found = [
-            (self._key(meta), payload is None, _is_removed(payload, meta, ttl, ts, now))
-            for payload, meta, ttl in msgs
-        ]
-        return _Row(key, value, base, count, ts, size, found, loaded=msgs)
+        found = [self._key(meta) for _, meta, _ in msgs]
+        nulls = [i for i, (payload, _, _) in enumerate(msgs) if payload is None]
+        gone = [i for i, (_, _, ttl) in enumerate(msgs) if _is_removed(ttl, ts, now)]
+        return _Row(key, value, base, count, ts, size, found, nulls, gone, loaded=msgs)
 
     def _payload_messages(self, st: TopicState, wp: int) -> tuple[list[Msg], int]:
         prefix = st.payload_prefix + keys.U64.pack(abs(wp))
@@ -565,15 +671,10 @@ class Cleaner:
             k = self._key_of(meta)
         except Exception:  # a meta that does not decode has no key we can compare
             return None
-        return self._digest(k)
-
-    @staticmethod
-    def _digest(k: bytes | memoryview | None) -> bytes | None:
-        """What the key map holds of a key: short keys as they are, others hashed."""
         if k is None:
             return None
         k = bytes(k)
-        return k if len(k) <= 16 else hashlib.blake2b(k, digest_size=16).digest()
+        return k if len(k) <= 16 else _hashed(k)
 
     def _write(self, mutations: list[Mutation]) -> None:
         for i in range(0, len(mutations), WRITE_CHUNK):
@@ -604,9 +705,12 @@ class Cleaner:
         self._house.write([(key, json.dumps(doc).encode())]).result()
 
 
-def _is_removed(
-    payload: bytes | None, meta: bytes | None, ttl: int | None, ts: int, now: int
-) -> bool:
+def _hashed(k: bytes) -> bytes:
+    """What the key map holds of a key longer than 16 bytes (shorter ones as they are)."""
+    return hashlib.blake2b(k, digest_size=16).digest()
+
+
+def _is_removed(ttl: int | None, ts: int, now: int) -> bool:
     """Already unreadable: a removed message (TTL 0) or one whose own TTL ran out."""
     return ttl is not None and ts + ttl < now
 

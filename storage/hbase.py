@@ -933,6 +933,12 @@ class HBaseBackend:
     def scan_keys(self, start: bytes, stop: bytes) -> Iterator[bytes]:
         return (key for key, _ in self.scan(start, stop))
 
+    def scan_heads(
+        self, start: bytes, stop: bytes, head: int
+    ) -> Iterator[tuple[bytes, bytes, int]]:
+        # HBase has no cheaper way to a cell's length than reading the cell.
+        return ((key, value[:head], len(value)) for key, value in self.scan(start, stop))
+
     def collect_garbage(self) -> dict[str, int]:
         return {}  # HBase drops deleted cells at major compaction by itself
 

@@ -19,9 +19,9 @@ from collections.abc import Iterator, Sequence
 
 from tmsgate.protocol import (
     CorruptRecords,
+    batch_keys,
     batch_messages,
     iter_batch_messages,
-    iter_batch_records,
 )
 
 from .errors import StorageError
@@ -295,11 +295,12 @@ def unpack_messages(value: bytes) -> list[tuple[bytes | None, bytes | None, int 
     return out
 
 
-def kafka_batch_keys(value: bytes) -> list[tuple[bytes | None, bool]]:
-    """(record key, whether its value is null) of each record of an F_KAFKA_BATCH row,
-    without building each record's meta: what compaction needs of most rows."""
+def kafka_batch_keys(value: bytes) -> tuple[list[bytes | None], list[int]]:
+    """The record keys of an F_KAFKA_BATCH row, and the indices of its records whose
+    value is null, without building each record's meta: what compaction needs of most
+    rows."""
     try:
-        return [(k, v is None) for k, v, _, _ in iter_batch_records(kafka_batch_of(value))]
+        return batch_keys(kafka_batch_of(value))
     except CorruptRecords as exc:
         raise StorageError(f"a stored Kafka batch is damaged: {exc}") from exc
 

@@ -319,6 +319,17 @@ class LevelDBBackend:
         ):
             yield key, (value[1:] if value[0] != TAG_POINTER else read(value))
 
+    def scan_heads(
+        self, start: bytes, stop: bytes, head: int
+    ) -> Iterator[tuple[bytes, bytes, int]]:
+        read = self._vlog.read
+        length_of = vlog.POINTER.unpack
+        for key, value in self.scan_stored(start, stop):
+            if value[0] != TAG_POINTER:
+                yield key, value[1 : 1 + head], len(value) - 1
+            else:
+                yield key, read(value, head), length_of(value)[3]
+
     def scan_stored(
         self,
         start: bytes,

@@ -229,6 +229,11 @@ class MemoryBackend:
     def scan_keys(self, start: bytes, stop: bytes) -> Iterator[bytes]:
         return (key for key, _ in self.scan(start, stop))
 
+    def scan_heads(
+        self, start: bytes, stop: bytes, head: int
+    ) -> Iterator[tuple[bytes, bytes, int]]:
+        return ((key, value[:head], len(value)) for key, value in self.scan(start, stop))
+
     def collect_garbage(self) -> dict[str, int]:
         return {}
 

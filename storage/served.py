@@ -333,8 +333,12 @@ class SegmentReader:
         self._maps: OrderedDict[int, mmap.mmap] = OrderedDict()
         self._lock = threading.Lock()
 
-    def read(self, pointer: bytes) -> bytes | None:
+    def read(self, pointer: bytes, limit: int | None = None) -> bytes | None:
+        """The value ``pointer`` names (with ``limit``, its first ``limit`` bytes); None if
+        its segment is gone."""
         _, seg_id, at, length = POINTER.unpack(pointer)
+        if limit is not None:
+            length = min(length, limit)
         for _ in range(3):
             view = self._map(seg_id)
             if view is None:
@@ -474,6 +478,38 @@ class ServedBackend:
         reverse: bool = False,
         include_start: bool = True,
     ) -> Iterator[tuple[bytes, bytes]]:
+        for stored, rows in self._scan(start, stop, reverse, include_start):
+            if stored:  # tagged, value-log values by pointer
+                yield from self._resolved(rows)
+            else:
+                yield from rows
+
+    def scan_heads(
+        self, start: bytes, stop: bytes, head: int
+    ) -> Iterator[tuple[bytes, bytes, int]]:
+        segments = self._segments
+        for stored, rows in self._scan(start, stop, False, True):
+            for key, value in rows:
+                if not stored:
+                    yield key, value[:head], len(value)
+                elif value[:1] != TAG_POINTER_BYTE:
+                    yield key, value[1 : 1 + head], len(value) - 1
+                else:
+                    assert segments is not None
+                    first = segments.read(value, head)
+                    if first is None:  # its segment was collected since: ask the owner
+                        whole = self.get(key)
+                        if whole is None:
+                            continue  # the row went meanwhile (a scan promises no snapshot)
+                        yield key, whole[:head], len(whole)
+                    else:
+                        yield key, first, POINTER.unpack(value)[3]
+
+    def _scan(
+        self, start: bytes, stop: bytes, reverse: bool, include_start: bool
+    ) -> Iterator[tuple[bool, list[tuple[bytes, bytes]]]]:
+        """The owner's answers to a scan, chunk by chunk: (whether the values are as
+        stored, the rows)."""
         limit = SCAN_ROWS_FIRST
         stored = 4 if self._segments is not None else 0
         while True:
@@ -491,10 +527,7 @@ class ServedBackend:
             )
             more = answer.u8()
             rows = answer.mutations()
-            if more & 2:  # stored values: tagged, value-log values by pointer
-                yield from self._resolved(rows)  # type: ignore[arg-type]
-            else:
-                yield from rows  # type: ignore[misc]  (a scanned row always has its value)
+            yield bool(more & 2), rows  # type: ignore[misc]  (a scanned row has its value)
             if not more & 1 or not rows:
                 return
             last = rows[-1][0]

@@ -56,6 +56,15 @@ class MessageTable:
             start or st.msg_prefix, keys.prefix_end(st.msg_prefix), reverse=reverse
         )
 
+    def topic_row_heads(
+        self, st: TopicState, start: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes, int]]:
+        """The rows of a topic's generation as (key, the value's first ROW_HEAD bytes, the
+        value's length): flags, offsets and sizes without reading the messages."""
+        return self._backend.scan_heads(
+            start or st.msg_prefix, keys.prefix_end(st.msg_prefix), keys.ROW_HEAD.size
+        )
+
     def last_row(self, st: TopicState) -> tuple[bytes, bytes] | None:
         return next(self.topic_rows(st, reverse=True), None)
 

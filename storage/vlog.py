@@ -55,10 +55,33 @@ MAX_MAPPED = 256
 # when pages are recycled; on bare metal, growth evicts what readers actually use.
 # Consumers that keep up read within the window; older reads fault in from the disk.
 CACHE_WINDOW = 256 << 20
+READ_AHEAD_FROM = 64 << 10  # a read of an old value this large asks for what follows it
 _DROP_STEP = 4 << 20  # drop in steps this large, so the writer pays one call per 4 MiB
 _INLINE = b"\x00"  # the tag of a value kept in LevelDB itself
 _IOV_MAX = 1024
 _NAME = re.compile(r"^(\d{16})\.vlog$")
+
+
+def _pread(path: str, at: int, length: int) -> bytes | None:
+    """Bytes of a segment file read with the interpreter lock released: older values are
+    mostly not in the page cache any more (CACHE_WINDOW), and a read through the mapping
+    would wait for the disk in a page fault while holding the lock, stopping every thread
+    (the compaction cleaner's reads of a topic's history took produce down to 0.4 of its
+    rate). None if the file is gone (a retired segment: its mapping still has the bytes)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        value = os.pread(fd, length, at)
+        if length >= READ_AHEAD_FROM:
+            # Scans read values in the order they were written, which is their order in
+            # the segment: start reading the next ones from the disk meanwhile.
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(fd, at + length, 2 * length, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
+    return value if len(value) == length else None
 
 
 def _segment_name(seg_id: int) -> str:
@@ -355,11 +378,18 @@ class ValueLog:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def read(self, pointer: bytes) -> bytes:
+    def read(self, pointer: bytes, limit: int | None = None) -> bytes:
+        """The value ``pointer`` names (with ``limit``, its first ``limit`` bytes)."""
         _, seg_id, at, length = POINTER.unpack(pointer)
+        if limit is not None:
+            length = min(length, limit)
         seg = self._segments.get(seg_id) or self._retired.get(seg_id)
         if seg is None:
             raise BackendError(f"value log segment {seg_id} is missing from {self.directory}")
+        if not self._recent(seg, at):
+            value = _pread(seg.path, at, length)
+            if value is not None:
+                return value
         for _ in range(3):
             try:
                 return self._view(seg)[at : at + length]
@@ -368,6 +398,15 @@ class ValueLog:
             except OSError as exc:  # collected while a very old scan still ran
                 raise BackendError(f"value log segment {seg_id} was collected: {exc}") from exc
         raise BackendError(f"value log segment {seg_id} could not be mapped")
+
+    def _recent(self, seg: _Segment, at: int) -> bool:
+        """Whether ``at`` is within the newest ``cache_window`` bytes written (still in the
+        page cache unless the kernel needed the memory)."""
+        try:
+            oldest = self._cached[0]
+        except IndexError:
+            return False
+        return (seg.id, at) >= (oldest[0].id, oldest[1])
 
     def _view(self, seg: _Segment) -> mmap.mmap:
         m = seg.map

@@ -487,6 +487,26 @@ def test_key_scans_name_the_rows_a_scan_returns(engine: Backend) -> None:
     assert list(engine.scan_keys(b"a", b"a")) == []
 
 
+def test_head_scans_give_each_rows_first_bytes_and_length(engine: Backend) -> None:
+    """scan_heads (what the compaction cleaner's survey reads): the rows scan returns,
+    each cut to its first bytes with its whole length, for values large (LevelDB's value
+    log) and small, across table prefixes and after deletes."""
+    model = {
+        table + b"ns:t\x00" + i.to_bytes(4, "big"): value_for(table, i) * (1 + 400 * (i % 3))
+        for table in TABLES
+        for i in range(40)
+    }
+    engine.write(list(model.items()))
+    engine.write([(k, None) for i, k in enumerate(sorted(model)) if i % 7 == 0])
+    for head in (0, 5, 13, 100_000):
+        for i, low in enumerate(TABLES):
+            for high in TABLES[i:]:
+                start, stop = low, keys.prefix_end(high)
+                want = [(k, v[:head], len(v)) for k, v in scan(engine, start, stop)]
+                assert list(engine.scan_heads(start, stop, head)) == want
+    assert list(engine.scan_heads(b"a", b"a", 13)) == []
+
+
 def test_abandoned_scans_leave_the_engine_working(open_engine: EngineOpener) -> None:
     engine = open_engine()
     model = {b"ab%05d" % i: b"%d" % i for i in range(1000)}

@@ -223,7 +223,15 @@ def test_expired_messages_free_their_segments(
     ]
 
 
-def test_a_scan_that_began_before_a_collection_still_reads_its_values(tmp_path: Path) -> None:
+@pytest.mark.parametrize("window", ["default", "tiny"])
+def test_a_scan_that_began_before_a_collection_still_reads_its_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: str
+) -> None:
+    """With a tiny cache window the old values are read from the files (vlog._pread) and
+    a deleted segment's values from the mapping the scan's first read made."""
+    if window == "tiny":
+        monkeypatch.setattr(vlog, "CACHE_WINDOW", 4 << 10)
+        monkeypatch.setattr(vlog, "_DROP_STEP", 4 << 10)
     b = LevelDBBackend(str(tmp_path), vlog_segment_bytes=8 << 10)
     keys = [f"k{i:03d}".encode() for i in range(40)]
     for i in range(0, 40, 5):
