@@ -69,6 +69,8 @@ class Janitor:
         self._interval = interval_s
         self._cleaner = cleaner
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and clean_soon()
+        self._clean_now = False
         self._thread = threading.Thread(target=self._run, name="tmsgate-janitor", daemon=True)
         self._thread.start()
 
@@ -83,10 +85,15 @@ class Janitor:
         due = {"janitor": now + self._interval_s(), "cleaner": now}
         while True:
             wait = max(min(due.values()) - time.monotonic(), 0.0)
-            if self._stop.wait(wait):
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stop.is_set():
                 return
             try:
                 now = time.monotonic()
+                if self._clean_now:
+                    self._clean_now = False
+                    due["cleaner"] = now
                 if self._cleaner is not None and now >= due["cleaner"]:
                     due["cleaner"] = now + self._cleaner.settings.backoff_ms / 1000
                     stats = self._cleaner.run()
@@ -110,8 +117,15 @@ class Janitor:
             except Exception:
                 log.exception("janitor pass failed")
 
+    def clean_soon(self) -> None:
+        """Run the cleaner now rather than at its next turn: a topic's compaction
+        settings changed (the cleaner's backoff is for finding new work, not for this)."""
+        self._clean_now = True
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._cleaner is not None:
             self._cleaner.stop()  # a long cleaning pass ends at its next pause
         self._thread.join()

@@ -323,11 +323,14 @@ class LevelDBBackend:
         self, start: bytes, stop: bytes, head: int
     ) -> Iterator[tuple[bytes, bytes, int]]:
         read = self._vlog.read
-        length_of = vlog.POINTER.unpack
+        length_of = vlog.POINTER.unpack_from
+        at, kept = vlog.POINTER.size, vlog.POINTER.size + head  # where a pointer's head is
         for key, value in self.scan_stored(start, stop):
             if value[0] != TAG_POINTER:
                 yield key, value[1 : 1 + head], len(value) - 1
-            else:
+            elif len(value) >= kept:
+                yield key, value[at:kept], length_of(value)[3]
+            else:  # a pointer written without the value's head, or a longer head wanted
                 yield key, read(value, head), length_of(value)[3]
 
     def scan_stored(
@@ -385,7 +388,7 @@ class LevelDBBackend:
             budget = max(0, space.measure() - space.floor_bytes) // 2
         # self._db is looked up per call, not bound once: a reopen may replace it.
         stats = self._vlog.collect(
-            lambda key, pointer: self._db.get(key) == pointer, self._relocate, budget
+            lambda key, pointer: _holds(self._db.get(key), pointer), self._relocate, budget
         )
         if self._wedged is not None:  # the space freed may be what reopening needs
             with self._write_lock, contextlib.suppress(BackendError):
@@ -399,7 +402,7 @@ class LevelDBBackend:
         # key rewritten or deleted since the pointer was read keeps its newer state.
         with self._write_lock:
             get = self._db.get
-            moved = [(key, value) for key, pointer, value in entries if get(key) == pointer]
+            moved = [(k, value) for k, pointer, value in entries if _holds(get(k), pointer)]
             del get
             if moved:
                 if self._wedged is not None:
@@ -416,6 +419,12 @@ class LevelDBBackend:
                 db.close()
         if self._temporary:
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _holds(stored: bytes | None, pointer: bytes) -> bool:
+    """Whether LevelDB's value is ``pointer`` (vlog.POINTER), with or without the value's
+    head after it (vlog.STORED_POINTER)."""
+    return stored is not None and stored[: len(pointer)] == pointer
 
 
 def open_url(

@@ -336,7 +336,7 @@ class SegmentReader:
     def read(self, pointer: bytes, limit: int | None = None) -> bytes | None:
         """The value ``pointer`` names (with ``limit``, its first ``limit`` bytes); None if
         its segment is gone."""
-        _, seg_id, at, length = POINTER.unpack(pointer)
+        _, seg_id, at, length = POINTER.unpack_from(pointer)
         if limit is not None:
             length = min(length, limit)
         for _ in range(3):
@@ -488,12 +488,15 @@ class ServedBackend:
         self, start: bytes, stop: bytes, head: int
     ) -> Iterator[tuple[bytes, bytes, int]]:
         segments = self._segments
+        at, kept = POINTER.size, POINTER.size + head  # where a stored pointer's head is
         for stored, rows in self._scan(start, stop, False, True):
             for key, value in rows:
                 if not stored:
                     yield key, value[:head], len(value)
                 elif value[:1] != TAG_POINTER_BYTE:
                     yield key, value[1 : 1 + head], len(value) - 1
+                elif len(value) >= kept:  # the value's head, kept with its pointer
+                    yield key, value[at:kept], POINTER.unpack_from(value)[3]
                 else:
                     assert segments is not None
                     first = segments.read(value, head)
@@ -503,7 +506,7 @@ class ServedBackend:
                             continue  # the row went meanwhile (a scan promises no snapshot)
                         yield key, whole[:head], len(whole)
                     else:
-                        yield key, first, POINTER.unpack(value)[3]
+                        yield key, first, POINTER.unpack_from(value)[3]
 
     def _scan(
         self, start: bytes, stop: bytes, reverse: bool, include_start: bool

@@ -255,7 +255,9 @@ class Store:
             self._put_metadata(batch, md, fresh=False)
             return md
 
-        return self._write(op)  # type: ignore[return-value]
+        md = self._write(op)
+        self._compaction_settings_changed([md])  # type: ignore[list-item]
+        return md  # type: ignore[return-value]
 
     def delete_topic(self, topic: TopicId) -> None:
         """Negate the topic's generation: its data is invisible at once, cleaned up later."""
@@ -284,7 +286,14 @@ class Store:
                 out.append(md)
             return out
 
-        return self._write(op)  # type: ignore[return-value]
+        changed = self._write(op)
+        self._compaction_settings_changed(changed)  # type: ignore[arg-type]
+        return changed  # type: ignore[return-value]
+
+    def _compaction_settings_changed(self, topics: list[TopicMetadata]) -> None:
+        """A compacted topic's properties changed: its cleaning under them starts now."""
+        if self._janitor is not None and any(is_compacted(md.properties) for md in topics):
+            self._janitor.clean_soon()
 
     def delete_topics(self, topics: Sequence[TopicId]) -> list[TopicMetadata]:
         """Delete those of ``topics`` that exist, in one write; -> what they were."""

@@ -38,6 +38,12 @@ SEGMENT_BYTES = 64 << 20
 ENTRY_HEAD = struct.Struct(">II")  # key length, value length
 POINTER = struct.Struct(">BIII")  # tag, segment id, value position, value length
 TAG_POINTER = 1
+# What LevelDB holds for a value in the log: its pointer, then the value's first
+# HEAD_BYTES bytes (a MessageTable row's head: flags, first offset, count), so that a scan
+# of row heads and sizes (Backend.scan_heads: the compaction cleaner's survey) reads
+# nothing from the log. Pointers written before are 13 bytes, without the head.
+HEAD_BYTES = 13
+STORED_POINTER = struct.Struct(f">BIII{HEAD_BYTES}s")
 # A complete segment with less than this share of its bytes still live has its live
 # values copied to the head of the log, so the segment can go: without this, one
 # long-retention topic would keep every segment it shares with short-lived ones.
@@ -213,7 +219,7 @@ class ValueLog:
             # what lets a topic be deleted).
             seg_id, limit, pos = self._next_id - 1, -1, self._pos
         parts = self._pending
-        head, pointer, inline = ENTRY_HEAD.pack, POINTER.pack, _INLINE.__add__
+        head, pointer, inline = ENTRY_HEAD.pack, STORED_POINTER.pack, _INLINE.__add__
         start = pos
         for key, value in mutations:
             if value is None:
@@ -241,7 +247,7 @@ class ValueLog:
                 seg_id, limit, pos = self._active.id, self._active.size, self._pos
                 start, parts = pos, self._pending
             parts += (head(kn, n), key, value)
-            put(key, pointer(TAG_POINTER, seg_id, pos + 8 + kn, n))
+            put(key, pointer(TAG_POINTER, seg_id, pos + 8 + kn, n, value))
             pos += need
         self._pending_bytes += pos - start
         self._pos = pos
@@ -380,7 +386,7 @@ class ValueLog:
 
     def read(self, pointer: bytes, limit: int | None = None) -> bytes:
         """The value ``pointer`` names (with ``limit``, its first ``limit`` bytes)."""
-        _, seg_id, at, length = POINTER.unpack(pointer)
+        _, seg_id, at, length = POINTER.unpack_from(pointer)
         if limit is not None:
             length = min(length, limit)
         seg = self._segments.get(seg_id) or self._retired.get(seg_id)
@@ -436,9 +442,10 @@ class ValueLog:
         """Delete complete segments that no LevelDB row points into; with ``relocate``,
         first move the live values out of segments that are mostly dead.
 
-        ``is_live(key, pointer)`` says whether LevelDB still holds that pointer for that
-        key. A dead entry never becomes live again (new values always go to the active
-        segment), so each segment is examined only from its first live entry on.
+        ``is_live(key, pointer)`` says whether LevelDB still holds that pointer (perhaps with
+        the value's head after it) for that key. A dead entry never becomes live again (new
+        values always go to the active segment), so each segment is examined only from its
+        first live entry on.
         Counting a segment's live bytes takes a LevelDB read per entry, so it goes on
         across passes within CENSUS_BUDGET entries per pass, oldest segments first.
         ``relocate([(key, pointer, value), ...])`` puts each value again (at the head of

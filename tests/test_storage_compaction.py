@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import time
 import uuid
 
 import pytest
@@ -67,9 +68,7 @@ def _read_all(store: Store) -> list[tuple[int, bytes | None, bytes | None]]:
     earliest, nxt = store.offsets(TOPIC)
     offset = earliest
     while offset < nxt:
-        res = store.read(
-            TOPIC, offset=offset, max_messages=1000, tx=store.transactions.snapshot()
-        )
+        res = store.read(TOPIC, offset=offset, max_messages=1000, tx=store.transactions.snapshot())
         out += [(m.offset, m.payload, m.meta) for m in res.messages]
         if res.next_offset <= offset:
             break
@@ -95,9 +94,7 @@ def _write_history(store: Store, rng: random.Random, clock: Clock) -> dict[int, 
             value = None if (k is not None and rng.random() < 0.1) else os.urandom(8)
             items.append((k, value))
         if kind < 0.25:  # a Kafka batch kept as sent
-            batch = bytes(
-                build_batch([(i, clock.now, k, v, []) for i, (k, v) in enumerate(items)])
-            )
+            batch = bytes(build_batch([(i, clock.now, k, v, []) for i, (k, v) in enumerate(items)]))
             r = store.publish_kafka_batch_async(TOPIC, batch, len(items)).result()
             metas = [encode_meta(k, [], clock.now) for k, _ in items]
             for i, ((_, v), m) in enumerate(zip(items, metas, strict=True)):
@@ -266,3 +263,24 @@ def test_retention_bytes_deletes_the_oldest_rows(tmp_path) -> None:
     store.cleanup()
     assert store.offsets(TOPIC)[0] == earliest  # compact alone deletes nothing by size
     store.close()
+
+
+def test_changing_a_compaction_setting_starts_the_cleaner_at_once(tmp_path) -> None:
+    """The cleaner's backoff (an hour here) is for finding new work: a changed
+    min.compaction.lag.ms is cleaned under at once, by the janitor's own thread."""
+    settings = CompactionSettings(min_cleanable_dirty_ratio=0.0, segment_ms=0, backoff_ms=3_600_000)
+    store = open_store(f"leveldb://{tmp_path}", compaction=settings, janitor_interval_s=3600)
+    try:
+        store.create_topic(TOPIC, {"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"})
+        meta = encode_meta(b"k", [], 0)
+        for i in range(5):
+            store.publish(TOPIC, [Entry(b"v%d" % i, meta=meta)])
+        time.sleep(0.2)  # the janitor's first run (at start) is over: nothing was cleanable
+        assert len(_read_all(store)) == 5
+        store.update_topic(TOPIC, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"})
+        deadline = time.monotonic() + 30
+        while len(_read_all(store)) > 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [(o, p) for o, p, _ in _read_all(store)] == [(4, b"v4")]
+    finally:
+        store.close()

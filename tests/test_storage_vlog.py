@@ -40,7 +40,8 @@ def test_small_values_stay_inline_and_large_ones_go_to_the_log(tmp_path: Path) -
     db = plyvel.DB(str(tmp_path))
     try:
         assert db.get(b"a") == b"\x00" + small  # inline, behind its tag
-        assert len(db.get(b"b")) == 13  # a pointer, not the value
+        stored = db.get(b"b")  # a pointer and the value's head, not the value
+        assert stored == vlog.STORED_POINTER.pack(*vlog.POINTER.unpack_from(stored), large)
     finally:
         db.close()
     data = b"".join((tmp_path / VLOG_DIR / n).read_bytes() for n in segments(tmp_path))
@@ -63,9 +64,10 @@ def test_a_small_write_keeps_its_values_inline_unless_they_are_huge(
     db = plyvel.DB(str(tmp_path))
     try:
         assert all(db.get(k) == b"\x00" + v for k, v in one_kib)  # a trickle: inline
-        assert all(len(db.get(k)) == 13 for k, _ in bulk)  # bulk: in the log
-        assert len(db.get(b"h")) == 13
-        assert all(len(db.get(k)) == 13 for k, _ in packed)
+        pointer = vlog.STORED_POINTER.size
+        assert all(len(db.get(k)) == pointer for k, _ in bulk)  # bulk: in the log
+        assert len(db.get(b"h")) == pointer
+        assert all(len(db.get(k)) == pointer for k, _ in packed)
     finally:
         db.close()
     b = LevelDBBackend(str(tmp_path))
@@ -73,6 +75,31 @@ def test_a_small_write_keeps_its_values_inline_unless_they_are_huge(
         assert dict(b.scan(b"", b"\xff")) == dict(one_kib + bulk + huge + packed)
     finally:
         b.close()
+
+
+def test_pointers_written_without_the_values_head_still_read(tmp_path: Path) -> None:
+    """A store written before LevelDB kept each value's head with its pointer: its values,
+    heads and sizes read the same, and its segments are still collected."""
+    b = LevelDBBackend(str(tmp_path), vlog_segment_bytes=8 << 10)
+    rows = {b"k%02d" % i: value(i, 2000) for i in range(20)}
+    b.write(list(rows.items()))
+    b.write([(b"z", value(99, 9000))])  # the next segments: the first ones complete
+    b.close()
+    db = plyvel.DB(str(tmp_path))
+    try:
+        for k in rows:
+            db.put(k, db.get(k)[: vlog.POINTER.size])  # as an older version wrote it
+    finally:
+        db.close()
+    b = LevelDBBackend(str(tmp_path), vlog_segment_bytes=8 << 10)
+    assert all(b.get(k) == v for k, v in rows.items())
+    assert list(b.scan(b"k", b"l")) == sorted(rows.items())
+    assert list(b.scan_heads(b"k", b"l", 13)) == [
+        (k, v[:13], len(v)) for k, v in sorted(rows.items())
+    ]
+    b.write([(k, None) for k in rows])
+    assert b.collect_garbage()["vlog_segments_deleted"] > 0
+    b.close()
 
 
 def test_values_survive_reopen_and_segments_roll_over(tmp_path: Path) -> None:
