@@ -1,12 +1,14 @@
 """Log compaction beside Apache Kafka: how fast a compacted topic is cleaned, and what
 cleaning costs the produce path (docs/compaction.md, docs/benchmarks.md).
 
-    .venv/bin/python bench/compaction_bench.py [--bootstrap host:port] [--quick]
+    .venv/bin/python bench/compaction_bench.py [--bootstrap host:port] [--quick] [--cold]
         [--records 1000000] [--keys 10000] [--tombstones 1000] [--workers N]
 
 Without --bootstrap it starts its own `tmsgate serve` (LevelDB in a temp dir) with
-`--cleaner-backoff-ms 1000`; with --bootstrap it measures any broker, e.g. Apache Kafka
-4.1 started with `log.cleaner.backoff.ms=1000` (say so beside the figures).
+`--cleaner-backoff-ms 1000` (and, with --cold, `--cleaner-produced-keys-mb 0`: the cleaner
+reads every row back from the disk, as after a restart); with --bootstrap it measures any
+broker, e.g. Apache Kafka 4.1 started with `log.cleaner.backoff.ms=1000` (say so beside
+the figures).
 
 The workload (1 KiB values, confluent-kafka, acks=all, one partition):
 1. `baseline`: records to a plain topic exactly as `during` below produces them (rounds of
@@ -282,6 +284,12 @@ def main() -> None:
         help="the gateway's --workers; above 1, the topic produced during the cleaning is "
         "led by another worker than the cleaned topic",
     )
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="the gateway's cleaner reads every row back (--cleaner-produced-keys-mb 0), as "
+        "after a restart or beyond that memory",
+    )
     ap.add_argument("--quick", action="store_true", help="100,000 records over 1,000 keys")
     args = ap.parse_args()
     if args.quick:
@@ -293,6 +301,8 @@ def main() -> None:
         gw: dict[str, object] = {}
         extra = ["--cleaner-backoff-ms", "1000", "--cleaner-max-share", str(args.cleaner_max_share)]
         extra += ["--workers", str(args.workers)]
+        if args.cold:
+            extra += ["--cleaner-produced-keys-mb", "0"]
         with self_started_gateway(gw, "tmsgate-compaction-bench-", extra) as bootstrap:
             args.data_dir = gw["store_dir"]
             out.update(broker="tmsgate", **run(bootstrap, args, int(gw["pid"])))  # type: ignore[arg-type]

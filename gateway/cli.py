@@ -76,6 +76,7 @@ def _compaction(args: argparse.Namespace) -> tuple[object, tuple[tuple[str, str]
     settings = CompactionSettings(
         **fields,
         buffer_bytes=max(1, args.cleaner_buffer_mb) << 20,
+        produced_keys_bytes=max(0, args.cleaner_produced_keys_mb) << 20,
         backoff_ms=max(100, args.cleaner_backoff_ms),
         max_share=min(max(args.cleaner_max_share, 0.05), 1.0),
     )

@@ -401,6 +401,13 @@ CLEANER_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "several passes (Kafka's log.cleaner.dedupe.buffer.size)",
     ),
     (
+        "--cleaner-produced-keys-mb",
+        "TMSGATE_CLEANER_PRODUCED_KEYS_MB",
+        "64",
+        "memory for the keys of the newest batches produced to compacted topics, so that "
+        "the cleaner need not read them back from the disk (0: always read)",
+    ),
+    (
         "--cleaner-backoff-ms",
         "TMSGATE_CLEANER_BACKOFF_MS",
         "15000",

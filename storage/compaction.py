@@ -47,6 +47,7 @@ import logging
 import threading
 import time
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -95,6 +96,7 @@ class CompactionSettings:
     segment_bytes: int = 1 << 30
     buffer_bytes: int = 128 << 20  # the key map's memory (log.cleaner.dedupe.buffer.size)
     backoff_ms: int = 15_000  # between cleaner runs (log.cleaner.backoff.ms)
+    produced_keys_bytes: int = 64 << 20  # ProducedKeys' memory
     # The most of the time the cleaner works while it runs; it sleeps the rest. The
     # cleaner's Python holds the interpreter lock the event loop and the store's writer
     # need (Kafka's cleaner threads take other cores, and log.cleaner.io.max.bytes.per.
@@ -204,6 +206,73 @@ class _Mapped:
     latest: list[int] = field(default_factory=list)  # the map's offsets, sorted
 
 
+# What the produced keys of one record cost in memory (its key, a list slot), roughly.
+PRODUCED_KEY_BYTES = 64
+
+
+class ProducedKeys:
+    """The record keys of the newest Kafka batches written as sent to compacted topics,
+    as Produce decoded them: the cleaner's map takes a row's keys from here instead of
+    reading the row back (most of a compacted topic's history has left the page cache,
+    vlog.CACHE_WINDOW) and decoding it again. A hint only: bounded (``budget`` keys, the
+    oldest batches forgotten first), lost at a restart, and a row not found here is
+    read. Rows are named by topic, generation and first offset; a row keeps its keys for
+    as long as it is a batch kept as sent (the cleaner rewrites it into another kind)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._rows: OrderedDict[tuple[TopicId, int, int], tuple[list[bytes | None], list[int]]]
+        self._rows = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def remember(
+        self,
+        topic: TopicId,
+        generation: int,
+        base: int,
+        found: list[bytes | None],
+        nulls: list[int],
+    ) -> None:
+        """A batch is durable at ``base``: its records' keys, and which values are null."""
+        if self.budget <= 0 or len(found) > self.budget:
+            return
+        with self._lock:
+            old = self._rows.pop((topic, generation, base), None)
+            if old is not None:
+                self._held -= len(old[0])
+            self._rows[(topic, generation, base)] = (found, nulls)
+            self._held += len(found)
+            while self._held > self.budget:
+                _, (gone, _) = self._rows.popitem(last=False)
+                self._held -= len(gone)
+
+    def keys_of(
+        self, topic: TopicId, generation: int, base: int, count: int
+    ) -> tuple[list[bytes | None], list[int]] | None:
+        with self._lock:
+            found = self._rows.get((topic, generation, base))
+        if found is None or len(found[0]) != count:
+            return None
+        return found
+
+    def forget(self, topic: TopicId, generation: int, base: int) -> None:
+        """The row is rewritten (no longer a batch kept as sent)."""
+        with self._lock:
+            old = self._rows.pop((topic, generation, base), None)
+            if old is not None:
+                self._held -= len(old[0])
+
+    def topic_has(self, topic: TopicId, generation: int) -> bool:
+        """Whether any row of that topic generation is remembered (a quick look: the
+        cleaner then reads the topic's rows head first, their values only when needed)."""
+        with self._lock:
+            return any(t == topic and g == generation for t, g, _ in self._rows)
+
+    def held(self) -> int:
+        return self._held
+
+
 class _Stopped(Exception):
     """The store is closing: the cleaner's pass ends at its next pause."""
 
@@ -227,6 +296,7 @@ class Cleaner:
         self.stats: dict[TopicId, TopicCleanerStats] = {}
         # Per topic: (generation, the dirty rows a survey read), see _survey.
         self._surveyed: dict[TopicId, tuple[int, list[tuple[int, int, int]]]] = {}
+        self.produced = ProducedKeys(settings.produced_keys_bytes // PRODUCED_KEY_BYTES)
         self._slice_started = time.perf_counter()
         # Set by stop(): a pass ends at its next pause (every step is atomic per row, so a
         # pass left half done is what a kill leaves, and the next run carries on).
@@ -476,6 +546,12 @@ class Cleaner:
             if not lost and row.wp is None and not expired:
                 totals[2] += row.size
                 return
+            if row.value is None:  # its keys came from Produce: its messages are read now
+                again = self._reread(st, row, now)
+                if again is None:
+                    totals[2] += row.size
+                    return
+                row = again
             value = row.value
             if lost or row.wp is not None:
                 value = _rewritten(row, keep)
@@ -539,6 +615,7 @@ class Cleaner:
                 value = _rewritten(again, keep)
             phase1.append((row.key, value))
             totals[2] += len(value)
+            self.produced.forget(st.topic, st.metadata.generation, row.base)
         flush(force=True)
         self._write(phase2)
         removed, before, after = totals
@@ -590,13 +667,47 @@ class Cleaner:
         """The MessageTable rows covering [from_offset, end), with their messages' keys;
         stops at a transaction still in progress or committed too recently."""
         messages = self._house.tables.messages
-        for key, value in messages.topic_rows(st, self._start(st, from_offset)):
+        start = self._start(st, from_offset)
+        if self.produced.topic_has(st.topic, st.metadata.generation):
+            yield from self._rows_with_produced_keys(st, start, from_offset, end, now)
+            return
+        for key, value in messages.topic_rows(st, start):
             self._pace()
             base, count = _HEAD.unpack_from(value)[1:]
             if base >= end:
                 return
             if base + count <= from_offset:
                 continue
+            row = self._decode(st, key, value, now)
+            if row is None:
+                return  # the cleanable part ends here (Kafka: the last stable offset)
+            yield row
+
+    def _rows_with_produced_keys(
+        self, st: TopicState, start: bytes, from_offset: int, end: int, now: int
+    ) -> Iterator[_Row]:
+        """``_rows`` for a topic some of whose batches' keys Produce gave (ProducedKeys):
+        the rows' heads first, and only the values of the others read."""
+        gen, plen = st.metadata.generation, len(st.msg_prefix)
+        get = self._house.backend.get
+        for key, head, size in self._house.tables.messages.topic_row_heads(st, start):
+            self._pace()
+            flags, base, count = _HEAD.unpack_from(head)
+            if base >= end:
+                return
+            if base + count <= from_offset:
+                continue
+            if flags == keys.F_KAFKA_BATCH:
+                produced = self.produced.keys_of(st.topic, gen, base, count)
+                if produced is not None:
+                    found, nulls = produced
+                    ts = keys.MESSAGE_SUFFIX.unpack_from(key, plen)[0]
+                    digests = [k if k is None or len(k) <= 16 else _hashed(k) for k in found]
+                    yield _Row(key, None, base, count, ts, size, digests, list(nulls))
+                    continue
+            value = get(key)
+            if value is None:
+                continue  # deleted meanwhile (a scan promises no snapshot)
             row = self._decode(st, key, value, now)
             if row is None:
                 return  # the cleanable part ends here (Kafka: the last stable offset)

@@ -482,17 +482,26 @@ class Store:
         records: bytes | memoryview,
         count: int,
         state: StateArg = None,
+        record_keys: tuple[list[bytes | None], list[int]] | None = None,
     ) -> Future[PublishResult]:
         """Append a Kafka v2 record batch of ``count`` plain records (no write pointer, a
         validated batch with consecutive offset deltas from 0) as one MessageTable row kept
         as sent (keys.F_KAFKA_BATCH): a Kafka fetch serves it as Kafka serves a stored
         batch, and every other reader sees its records as messages with the meta Produce
         would have given each. ``records`` must not change until the write is done (it is
-        copied into the row on the writer thread). ``state`` as for publish_async."""
+        copied into the row on the writer thread). ``state`` as for publish_async.
+        ``record_keys``: the records' keys and the indices of null values, as the caller
+        decoded them, for the compaction cleaner of a compacted topic (ProducedKeys)."""
         _check_kafka_batch(records, count)
+        produced = self.cleaner.produced
 
         def append(batch: Batch, st: TopicState) -> PublishResult:
-            return self._rows.append_kafka_batch(batch, st, records, count)
+            result = self._rows.append_kafka_batch(batch, st, records, count)
+            if record_keys is not None and is_compacted(st.metadata.properties):
+                gen = st.metadata.generation
+                remember = functools.partial(produced.remember, st.topic, gen, result.base_offset)
+                batch.after.append(functools.partial(remember, *record_keys))
+            return result
 
         return self._publish(topic, append, None, state)
 

@@ -21,6 +21,8 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from tmsgate.protocol import build_batch, decode_meta, encode_meta
@@ -95,7 +97,15 @@ def _write_history(store: Store, rng: random.Random, clock: Clock) -> dict[int, 
             items.append((k, value))
         if kind < 0.25:  # a Kafka batch kept as sent
             batch = bytes(build_batch([(i, clock.now, k, v, []) for i, (k, v) in enumerate(items)]))
-            r = store.publish_kafka_batch_async(TOPIC, batch, len(items)).result()
+            # Half with the keys Produce decoded (the cleaner then reads the row back only
+            # to rewrite it), half without (it reads and decodes the row).
+            produced = None
+            if rng.random() < 0.5:
+                produced = (
+                    [k for k, _ in items],
+                    [i for i, (_, v) in enumerate(items) if v is None],
+                )
+            r = store.publish_kafka_batch_async(TOPIC, batch, len(items), None, produced).result()
             metas = [encode_meta(k, [], clock.now) for k, _ in items]
             for i, ((_, v), m) in enumerate(zip(items, metas, strict=True)):
                 written[r.base_offset + i] = (v, m, True)
@@ -282,5 +292,65 @@ def test_changing_a_compaction_setting_starts_the_cleaner_at_once(tmp_path) -> N
         while len(_read_all(store)) > 1 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert [(o, p) for o, p, _ in _read_all(store)] == [(4, b"v4")]
+    finally:
+        store.close()
+
+
+class CountingBackend(MemoryBackend):
+    """The memory engine, counting the MessageTable values read in full (scan, get)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: list[bytes] = []
+
+    def get(self, key: bytes) -> bytes | None:
+        if key.startswith(b"M"):
+            self.read.append(key)
+        return super().get(key)
+
+    def scan_heads(
+        self, start: bytes, stop: bytes, head: int
+    ) -> Iterator[tuple[bytes, bytes, int]]:
+        # As MemoryBackend's, without counting: LevelDB's reads only the heads.
+        return ((k, v[:head], len(v)) for k, v in MemoryBackend.scan(self, start, stop))
+
+    def scan(self, start: bytes, stop: bytes, **kw: Any) -> Iterator[tuple[bytes, bytes]]:
+        for key, value in super().scan(start, stop, **kw):
+            if key.startswith(b"M"):
+                self.read.append(key)
+            yield key, value
+
+
+def test_cleaning_with_the_keys_produce_gave() -> None:
+    """Batches whose keys Produce gave (ProducedKeys) are cleaned as those the cleaner
+    reads, reading only what it rewrites with survivors: a batch losing every record
+    becomes a gap, one losing some keeps the others (read back for that), one losing none
+    stays as sent, unread; the keys of rewritten rows are forgotten. Long keys are
+    compared by digest, as when read."""
+    clock = Clock()
+    settings = CompactionSettings(min_cleanable_dirty_ratio=0.0, segment_ms=0)
+    backend = CountingBackend()
+    store = Store(backend, clock=clock, compaction=settings)
+    try:
+        store.create_topic(TOPIC, {"cleanup.policy": "compact"})
+        long_key = b"L" * 40
+        batches = [
+            [(b"a", b"a0"), (b"b", b"b0"), (long_key, b"l0")],  # all replaced below
+            [(b"a", b"a1"), (b"c", b"c1")],  # a replaced, c kept
+            [(b"b", None), (long_key, b"l1"), (b"a", b"a2")],  # all latest: kept as sent
+        ]
+        for items in batches:
+            raw = bytes(build_batch([(i, clock.now, k, v, []) for i, (k, v) in enumerate(items)]))
+            produced = ([k for k, _ in items], [i for i, (_, v) in enumerate(items) if v is None])
+            store.publish_kafka_batch_async(TOPIC, raw, len(items), None, produced).result()
+        assert store.cleaner.produced.held() == 8
+        backend.read.clear()
+        store.compact()
+        assert len(backend.read) == 1  # the second batch's row, to rewrite it
+        clock.now += 1  # removed messages expire (TTL 0) once the clock moves on
+        got = [(o, p, decode_meta(m)[0]) for o, p, m in _read_all(store)]
+        assert got == [(4, b"c1", b"c"), (5, None, b"b"), (6, b"l1", long_key), (7, b"a2", b"a")]
+        assert store.offsets(TOPIC) == (0, 8)
+        assert store.cleaner.produced.held() == 3  # the two rewritten rows forgotten
     finally:
         store.close()

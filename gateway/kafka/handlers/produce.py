@@ -179,7 +179,9 @@ async def _prepare(
     store = broker.store
     try:
         if as_sent:
-            fut = store.publish_kafka_batch_async(info.id, batch.raw, len(batch.records), state)
+            fut = store.publish_kafka_batch_async(
+                info.id, batch.raw, len(batch.records), state, _record_keys(info, batch)
+            )
         else:
             fut = store.publish_async(info.id, entries or [], tx=wp, state=state)
     except Exception as exc:
@@ -189,6 +191,17 @@ async def _prepare(
     return _when_written(
         fut, functools.partial(_completed, ctx, info, rec, key, batch, log_append, reads_back)
     )
+
+
+def _record_keys(
+    info: TopicInfo, batch: ProducedBatch
+) -> tuple[list[bytes | None], list[int]] | None:
+    """A compacted topic's records' keys and null values, for its cleaner (so that it
+    need not read the batch back from the disk and decode it again)."""
+    if not info.config.compacted:
+        return None
+    records = batch.records
+    return [r.key for r in records], [i for i, r in enumerate(records) if r.value is None]
 
 
 def _reads_back(batch: ProducedBatch, log_append: bool) -> bool:
