@@ -11,10 +11,8 @@ broker, e.g. Apache Kafka 4.1 started with `log.cleaner.backoff.ms=1000` (say so
 the figures).
 
 The workload (1 KiB values, confluent-kafka, acks=all, one partition):
-1. `baseline`: records to a plain topic exactly as `during` below produces them (rounds of
-   --plain / 8 records, a producer per round) for --baseline-s seconds, msgs/s (after an
-   untimed warm-up).
-2. `write`: --records records over --keys keys to a compacted topic (cleanup.policy
+1. `write`: after an untimed warm-up (--plain records to a plain topic), --records
+   records over --keys keys to a compacted topic (cleanup.policy
    compact, segment.bytes 16 MiB, segment.ms 1000, min.cleanable.dirty.ratio 0.01 (with
    Kafka's 0.5 the tail written after its last pass stays dirty), defaults otherwise), then
    --tombstones tombstones for distinct keys; after segment.ms one more record (key
@@ -22,15 +20,18 @@ The workload (1 KiB values, confluent-kafka, acks=all, one partition):
    record arrives after segment.ms (tmsgate's head ends by time the same way).
    The topic is created with min.compaction.lag.ms 1 h, so that nothing is cleaned while
    it is written; IncrementalAlterConfigs then sets it to 0, which starts the cleaning.
-3. `during`: from then on, records to another plain topic in the same rounds for as long
-   as the cleaner works, msgs/s, and its ratio to `baseline` (target: >= 0.8).
-4. `cleaned_s`: from the alteration until a read of the compacted
+2. `baseline` and `during`: a producer in a process of its own (one confluent-kafka
+   producer, as fast as the broker acknowledges) writes another plain topic from
+   --baseline-s before that alteration until the compacted topic is clean; its
+   acknowledgements, sampled every 50 ms, give its msgs/s before the cleaning (less the
+   first second) and while the cleaner works, and `during_ratio` (target: >= 0.8).
+3. `cleaned_s`: from the alteration until a read of the compacted
    topic from offset 0 returns each key at most once (the latest value or tombstone of
    every key: --keys + 1 records), probed every half second (each probe reads up to the
    topic's last offset or past --keys + 1 records); `cleaner_records_per_s` is
    --records + --tombstones over it. Every probe checks that each key it sees holds its
    latest value or a tombstone, in offset order.
-5. With --data-dir (the self-started gateway's store always): its size on disk when
+4. With --data-dir (the self-started gateway's store always): its size on disk when
    clean and --settle-s later (the janitor's pass collects value-log segments every 60 s;
    Kafka deletes cleaned segments after file.delete.delay.ms, 60 s).
 Progress goes to stderr, one JSON summary to stdout.
@@ -40,12 +41,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 from confluent_kafka.admin import (
@@ -173,32 +174,68 @@ def probe(bootstrap: str, topic: str, latest: dict[bytes, bytes | None], limit: 
     return count
 
 
-def produce_rounds(
-    bootstrap: str,
-    topic: str,
-    chunk: list[tuple[bytes | None, bytes | None]],
-    done: Callable[[], bool],
-) -> float:
-    """msgs/s of ``chunk`` produced round after round (a producer each) until ``done()``."""
-    records = seconds = 0.0
-    while not done() or not records:
-        seconds += produce(bootstrap, topic, chunk)
-        records += len(chunk)
-    return records / seconds
+def _steady_process(bootstrap: str, topic: str, stop: Any, ready: Any, out: Any) -> None:
+    """Produce 1 KiB records to ``topic`` (acks=all) as fast as the broker takes them until
+    ``stop`` is set; put into ``out`` its timeline: (wall time, records acknowledged so far)
+    every 50 ms. A process of its own, so that the probes' Python in the main one (a
+    consumer reading thousands of records) does not slow it down."""
+    p = confluent_kafka.Producer(
+        {**ck_common(bootstrap), "acks": "all", "linger.ms": 5, "batch.size": 1_000_000}
+    )
+    p.list_topics(topic, timeout=30)
+    timeline: list[tuple[float, int]] = []
+    sent, next_mark = 0, 0.0
+    ready.set()
+    while not stop.is_set():
+        try:
+            p.produce(topic, VALUE, partition=0)
+            sent += 1
+        except BufferError:
+            p.poll(0.005)
+        if sent % 256 == 0:
+            p.poll(0)
+            now = time.time()
+            if now >= next_mark:
+                timeline.append((now, sent - len(p)))  # acknowledged: sent, not in flight
+                next_mark = now + 0.05
+    p.flush(120)
+    timeline.append((time.time(), sent - len(p)))
+    out.put(timeline)
+
+
+class SteadyProducer:
+    """_steady_process, producing once the constructor returns."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        ctx = multiprocessing.get_context("spawn")  # librdkafka's threads do not survive fork
+        self._stop, self._out, ready = ctx.Event(), ctx.Queue(), ctx.Event()
+        args = (bootstrap, topic, self._stop, ready, self._out)
+        self._proc = ctx.Process(target=_steady_process, args=args, daemon=True)
+        self._proc.start()
+        if not ready.wait(120):
+            raise RuntimeError("the producer process did not start")
+
+    def timeline(self) -> list[tuple[float, int]]:
+        self._stop.set()
+        found: list[tuple[float, int]] = self._out.get(timeout=300)
+        self._proc.join(30)
+        return found
+
+
+def rate_between(timeline: list[tuple[float, int]], start: float, end: float) -> float:
+    """Records acknowledged per second from ``start`` to ``end`` (wall times), from the
+    timeline's marks nearest inside that span."""
+    inside = [(t, n) for t, n in timeline if start <= t <= end]
+    if len(inside) < 2:
+        raise RuntimeError(f"too few marks between {start:.2f} and {end:.2f}")
+    (t0, n0), (t1, n1) = inside[0], inside[-1]
+    return (n1 - n0) / (t1 - t0)
 
 
 def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, object]:
     report: dict[str, object] = {}
     plain = [(None, VALUE)] * args.plain
-    chunk = plain[: max(args.plain // 8, 1)]
-    produce(bootstrap, create(bootstrap, "warmup", {}), plain[: args.plain // 4])  # untimed
-    base_end = time.monotonic() + args.baseline_s
-    report["baseline_msgs_per_s"] = round(
-        produce_rounds(
-            bootstrap, create(bootstrap, "base", {}), chunk, lambda: time.monotonic() > base_end
-        )
-    )
-    log(f"baseline produce: {report['baseline_msgs_per_s']} msgs/s")
+    produce(bootstrap, create(bootstrap, "warmup", {}), plain)  # untimed
     topic = create(bootstrap, "compacted", COMPACTED)
     keys = [b"key-%06d" % i for i in range(args.keys)]
     records: list[tuple[bytes | None, bytes | None]] = [
@@ -214,11 +251,6 @@ def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, 
     latest[b"__roll__"] = b"x"
     avoid = leader_of(bootstrap, topic) if args.workers > 1 else None
     during_topic = create(bootstrap, "during", {}, avoid=avoid)
-    cleaned_event = threading.Event()
-    during = {"msgs_per_s": 0.0}
-
-    def produce_during() -> None:  # in rounds, for as long as the cleaner works
-        during["msgs_per_s"] = produce_rounds(bootstrap, during_topic, chunk, cleaned_event.is_set)
 
     # The cleaner starts now: min.compaction.lag.ms held it off while the topic was written.
     admin = AdminClient(ck_common(bootstrap))
@@ -229,8 +261,9 @@ def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, 
             ConfigEntry("min.compaction.lag.ms", "0", incremental_operation=AlterConfigOpType.SET)
         ],
     )
-    t = threading.Thread(target=produce_during)
-    t.start()
+    steady = SteadyProducer(bootstrap, during_topic)
+    time.sleep(args.baseline_s)  # the baseline: the same producer before the cleaning
+    altered_at = time.time()
     admin.incremental_alter_configs([lag])[lag].result(30)
     written_at = time.monotonic()
     cpu0 = proc_cpu_seconds(pid) if pid else None
@@ -246,11 +279,14 @@ def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, 
         if time.monotonic() - written_at > args.timeout_s:
             raise RuntimeError(f"not compacted within {args.timeout_s} s")
     cleaned = time.monotonic() - written_at
-    cleaned_event.set()
-    t.join()
+    clean_at = time.time()
+    timeline = steady.timeline()
+    report["baseline_msgs_per_s"] = round(
+        rate_between(timeline, altered_at - args.baseline_s + 1, altered_at)
+    )
     report["cleaned_s"] = round(cleaned, 1)
     report["cleaner_records_per_s"] = round(len(records) / cleaned)
-    report["during_msgs_per_s"] = round(during["msgs_per_s"])
+    report["during_msgs_per_s"] = round(rate_between(timeline, altered_at, clean_at))
     report["during_ratio"] = round(report["during_msgs_per_s"] / report["baseline_msgs_per_s"], 2)  # type: ignore[operator]
     if cpu0 is not None and pid:
         report["broker_cpu_s_until_clean"] = round(proc_cpu_seconds(pid) - cpu0, 1)
@@ -275,7 +311,7 @@ def main() -> None:
     ap.add_argument("--data-dir", help="the broker's data directory, to measure space reclaimed")
     ap.add_argument("--settle-s", type=float, default=65.0)
     ap.add_argument(
-        "--cleaner-max-share", type=float, default=0.7, help="the gateway's --cleaner-max-share"
+        "--cleaner-max-share", type=float, default=0.5, help="the gateway's --cleaner-max-share"
     )
     ap.add_argument(
         "--workers",

@@ -175,9 +175,9 @@ def _retain_bytes(house: Housekeeping, md: TopicMetadata) -> None:
     st = house.topic_state(md.topic)
     if st.metadata.generation != md.generation:
         return
-    rows = [
-        (keys.ROW_HEAD.unpack_from(v)[1:], len(v))
-        for _, v in house.tables.messages.topic_rows(st)
+    rows = [  # heads and sizes only: the messages are not read (Backend.scan_heads)
+        (keys.ROW_HEAD.unpack_from(head)[1:], size)
+        for _, head, size in house.tables.messages.topic_row_heads(st)
     ]
     total = sum(size for _, size in rows)
     start = st.start_offset
