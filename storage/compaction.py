@@ -47,7 +47,6 @@ import logging
 import threading
 import time
 from bisect import bisect_left
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -56,6 +55,7 @@ from . import keys, reader
 from .backend import Mutation
 from .errors import TopicNotFound
 from .ids import TopicId, TopicMetadata
+from .produced_keys import PRODUCED_KEY_BYTES, ProducedKeys
 from .topics import TopicState
 from .transactions import Visibility
 
@@ -196,8 +196,8 @@ class _Row:
 @dataclass(slots=True)
 class _Mapped:
     """What a pass's map keeps of the dirty rows it read, for the rewrite: rows without
-    their values or keys. A row of plain messages (``plain``: none gone, no transaction)
-    keeps exactly the messages whose offsets the map holds as their key's latest, and its
+    their values or keys. A row of plain messages (none gone, no transaction) keeps
+    exactly the messages whose offsets the map holds as their key's latest, and its
     keyless ones, so the rewrite needs neither a second read nor a look at each message
     (a row that loses them all, most of a compacted topic, is never read again). Other
     rows are read again and decided message by message."""
@@ -205,73 +205,6 @@ class _Mapped:
     rows: list[_Row] = field(default_factory=list)
     keyless: dict[int, list[int]] = field(default_factory=dict)  # row base -> offsets
     latest: list[int] = field(default_factory=list)  # the map's offsets, sorted
-
-
-# What the produced keys of one record cost in memory (its key, a list slot), roughly.
-PRODUCED_KEY_BYTES = 64
-
-
-class ProducedKeys:
-    """The record keys of the newest Kafka batches written as sent to compacted topics,
-    as Produce decoded them: the cleaner's map takes a row's keys from here instead of
-    reading the row back (most of a compacted topic's history has left the page cache,
-    vlog.CACHE_WINDOW) and decoding it again. A hint only: bounded (``budget`` keys, the
-    oldest batches forgotten first), lost at a restart, and a row not found here is
-    read. Rows are named by topic, generation and first offset; a row keeps its keys for
-    as long as it is a batch kept as sent (the cleaner rewrites it into another kind)."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self._rows: OrderedDict[tuple[TopicId, int, int], tuple[list[bytes | None], list[int]]]
-        self._rows = OrderedDict()
-        self._held = 0
-        self._lock = threading.Lock()
-
-    def remember(
-        self,
-        topic: TopicId,
-        generation: int,
-        base: int,
-        found: list[bytes | None],
-        nulls: list[int],
-    ) -> None:
-        """A batch is durable at ``base``: its records' keys, and which values are null."""
-        if self.budget <= 0 or len(found) > self.budget:
-            return
-        with self._lock:
-            old = self._rows.pop((topic, generation, base), None)
-            if old is not None:
-                self._held -= len(old[0])
-            self._rows[(topic, generation, base)] = (found, nulls)
-            self._held += len(found)
-            while self._held > self.budget:
-                _, (gone, _) = self._rows.popitem(last=False)
-                self._held -= len(gone)
-
-    def keys_of(
-        self, topic: TopicId, generation: int, base: int, count: int
-    ) -> tuple[list[bytes | None], list[int]] | None:
-        with self._lock:
-            found = self._rows.get((topic, generation, base))
-        if found is None or len(found[0]) != count:
-            return None
-        return found
-
-    def forget(self, topic: TopicId, generation: int, base: int) -> None:
-        """The row is rewritten (no longer a batch kept as sent)."""
-        with self._lock:
-            old = self._rows.pop((topic, generation, base), None)
-            if old is not None:
-                self._held -= len(old[0])
-
-    def topic_has(self, topic: TopicId, generation: int) -> bool:
-        """Whether any row of that topic generation is remembered (a quick look: the
-        cleaner then reads the topic's rows head first, their values only when needed)."""
-        with self._lock:
-            return any(t == topic and g == generation for t, g, _ in self._rows)
-
-    def held(self) -> int:
-        return self._held
 
 
 class _Stopped(Exception):

@@ -94,6 +94,40 @@ def test_sigterm_drains_and_restart_keeps_data(tmp_path: Path) -> None:
         gw.kill()
 
 
+def test_metrics_show_the_keys_the_cleaner_holds_from_produce(tmp_path: Path) -> None:
+    """Records produced to a compacted topic leave their keys with the cleaner
+    (storage/produced_keys.py), bounded by --cleaner-produced-keys-mb; the gauge shows how
+    many, and 0 turns it off."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    for mb, held in (("64", 30), ("0", 0)):
+        metrics_port = free_port()
+        gw = GatewayProcess(
+            tmp_path / f"store{mb}",
+            None,
+            "--metrics-listen",
+            f"127.0.0.1:{metrics_port}",
+            "--cleaner-produced-keys-mb",
+            mb,
+        ).start()
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=gw.bootstrap)
+            # min.compaction.lag.ms: nothing is cleaned (and forgotten) meanwhile
+            configs = {"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"}
+            admin.create_topics([NewTopic("compacted", 1, 1, topic_configs=configs)])
+            admin.close()
+            p = KafkaProducer(bootstrap_servers=gw.bootstrap)
+            for i in range(30):
+                p.send("compacted", key=b"k%d" % i, value=b"v%d" % i)
+            p.flush()
+            p.close()
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            body = urllib.request.urlopen(url, timeout=5).read()
+            assert f"tmsgate_cleaner_produced_keys {held}.0".encode() in body
+        finally:
+            gw.kill()
+
+
 def test_idempotent_state_survives_a_restart(tmp_path: Path) -> None:
     gw = GatewayProcess(tmp_path / "store", None, "--log-level", "WARNING").start()
     try:

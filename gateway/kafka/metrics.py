@@ -96,6 +96,12 @@ class Metrics:
             "Free bytes on the store's file system, the reserve not counted",
             registry=r,
         )
+        self.cleaner_produced_keys = Gauge(
+            "tmsgate_cleaner_produced_keys",
+            "Records of compacted topics whose keys the cleaner holds from Produce "
+            "(--cleaner-produced-keys-mb, about 64 bytes each)",
+            registry=r,
+        )
         self.store_disk_reserve = Gauge(
             "tmsgate_store_disk_reserve_bytes",
             "Bytes held in the store's reserve file (0 while released for a full disk)",
@@ -124,6 +130,7 @@ class Metrics:
         self.store_disk_reserve.set_function(lambda: float(store.disk_space()["reserve_bytes"]))
         self.registry.register(_WriterCollector(store.writer_stats))
         self.registry.register(_CleanerCollector(lambda: dict(store.cleaner.stats)))
+        self.cleaner_produced_keys.set_function(lambda: float(store.cleaner.produced.held()))
 
     def serve(self, host: str, port: int) -> None:
         """Expose /metrics over HTTP on a daemon thread."""
