@@ -470,9 +470,9 @@ def test_big_scans_return_every_row_once_in_order(engine: Backend) -> None:
     assert scan(engine, b"big", b"bih", reverse=True) == left[::-1]
 
 
-def test_key_scans_name_the_rows_a_scan_returns(engine: Backend) -> None:
-    """scan_keys (what the janitor deletes by): the same keys as scan, values large
-    (LevelDB's value log) and small, across table prefixes and after deletes."""
+def _write_mixed_rows(engine: Backend) -> None:
+    """Values large (LevelDB's value log) and small, under every table prefix, some of
+    them deleted again."""
     model = {
         table + b"ns:t\x00" + i.to_bytes(4, "big"): value_for(table, i) * (1 + 400 * (i % 3))
         for table in TABLES
@@ -480,6 +480,12 @@ def test_key_scans_name_the_rows_a_scan_returns(engine: Backend) -> None:
     }
     engine.write(list(model.items()))
     engine.write([(k, None) for i, k in enumerate(sorted(model)) if i % 7 == 0])
+
+
+def test_key_scans_name_the_rows_a_scan_returns(engine: Backend) -> None:
+    """scan_keys (what the janitor deletes by): the same keys as scan, values large
+    (LevelDB's value log) and small, across table prefixes and after deletes."""
+    _write_mixed_rows(engine)
     for i, low in enumerate(TABLES):
         for high in TABLES[i:]:
             start, stop = low, keys.prefix_end(high)
@@ -491,13 +497,7 @@ def test_head_scans_give_each_rows_first_bytes_and_length(engine: Backend) -> No
     """scan_heads (what the compaction cleaner's survey reads): the rows scan returns,
     each cut to its first bytes with its whole length, for values large (LevelDB's value
     log) and small, across table prefixes and after deletes."""
-    model = {
-        table + b"ns:t\x00" + i.to_bytes(4, "big"): value_for(table, i) * (1 + 400 * (i % 3))
-        for table in TABLES
-        for i in range(40)
-    }
-    engine.write(list(model.items()))
-    engine.write([(k, None) for i, k in enumerate(sorted(model)) if i % 7 == 0])
+    _write_mixed_rows(engine)
     for head in (0, 5, 13, 100_000):
         for i, low in enumerate(TABLES):
             for high in TABLES[i:]:
