@@ -7,8 +7,8 @@ head of the topic:
 1. **Survey** the dirty part (from the checkpoint's first dirty offset to the topic's
    end): where the cleanable part ends. It ends at the first message newer than
    ``min.compaction.lag.ms``, at the first transaction still in progress (or committed
-   within the last ``TX_SETTLE_MS``, so a reader's snapshot taken before its commit
-   never sees it change), and at the *head*: the newest rows, less than
+   within the last ``cleaner_rows.TX_SETTLE_MS``, so a reader's snapshot taken before
+   its commit never sees it change), and at the *head*: the newest rows, less than
    ``segment.bytes`` of them and all published within ``segment.ms`` (Kafka's active
    segment, which it never cleans). It also gives the dirty ratio: dirty bytes over all
    bytes since the topic began; below ``min.cleanable.dirty.ratio`` nothing is cleaned
@@ -41,23 +41,22 @@ message published over HTTP has none) are never removed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from . import keys, reader
+from . import keys
 from .backend import Mutation
+from .cleaner_rows import KeyOf, Row, RowReader
 from .errors import TopicNotFound
 from .ids import TopicId, TopicMetadata
 from .produced_keys import PRODUCED_KEY_BYTES, ProducedKeys
 from .topics import TopicState
-from .transactions import Visibility
 
 if TYPE_CHECKING:  # janitor.py runs the cleaner: imported for the type only
     from .janitor import Housekeeping
@@ -67,9 +66,6 @@ log = logging.getLogger(__name__)
 CLEANUP_POLICY = "cleanup.policy"
 AREA = "cleaner"
 MAX_LONG = (1 << 63) - 1
-# A transactional row is cleaned only this long after its commit: a reader that took its
-# snapshot before the commit still holds the row back, and must not see it change.
-TX_SETTLE_MS = 60_000
 # What one key of the map costs in memory (a dict entry, a 16-byte digest, an int).
 ENTRY_BYTES = 128
 WRITE_CHUNK = 500  # rows per writer batch
@@ -78,9 +74,6 @@ PASSES_KEPT = 200  # pass end times remembered for tombstones (dropping one only
 _PLACEHOLDER = keys.PACKED.pack(-1, -1, 0)  # a removed message: no meta or payload, TTL 0
 _HEAD = keys.ROW_HEAD
 _DROPPED: list[bytes | None] = []  # a mapped row's keys, no longer needed (never changed)
-
-Msg = tuple[bytes | None, bytes | None, int | None]  # payload, meta, ttl
-KeyOf = Callable[[bytes | None], bytes | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,34 +159,6 @@ class _Checkpoint:
 
 
 @dataclass(slots=True)
-class _Row:
-    """A MessageTable row as the cleaner sees it. Per message (by index in the row): its
-    compaction key (``keys``, None: keyless), whether it is a tombstone (``tombstones``)
-    and whether it is already gone (``gone``: removed before, or past its own TTL)."""
-
-    key: bytes
-    value: bytes | None  # None once mapped (see _Mapped): read again if a rewrite needs it
-    base: int
-    count: int
-    ts: int
-    size: int
-    keys: list[bytes | None] | None  # None: nothing to clean in it (a gap)
-    tombstones: list[int] = field(default_factory=list)
-    gone: list[int] = field(default_factory=list)
-    wp: int | None = None  # a reference row's write pointer (its PayloadTable rows)
-    aborted: bool = False  # an aborted transaction's row: becomes a gap
-    loaded: list[Msg] | None = None  # its messages, once decoded
-
-    def messages(self) -> list[Msg]:
-        """Decoded when a rewrite needs them: a Kafka batch's keys come without building
-        each record's meta (most rows of a compacted topic lose every message)."""
-        if self.loaded is None:
-            assert self.value is not None
-            self.loaded = keys.unpack_messages(self.value)
-        return self.loaded
-
-
-@dataclass(slots=True)
 class _Mapped:
     """What a pass's map keeps of the dirty rows it read, for the rewrite: rows without
     their values or keys. A row of plain messages (none gone, no transaction) keeps
@@ -202,7 +167,7 @@ class _Mapped:
     (a row that loses them all, most of a compacted topic, is never read again). Other
     rows are read again and decided message by message."""
 
-    rows: list[_Row] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     keyless: dict[int, list[int]] = field(default_factory=dict)  # row base -> offsets
     latest: list[int] = field(default_factory=list)  # the map's offsets, sorted
 
@@ -225,12 +190,12 @@ class Cleaner:
     ) -> None:
         self._house = house
         self.settings = settings
-        self._key_of = key_of
         self._rewritten = rewritten
         self.stats: dict[TopicId, TopicCleanerStats] = {}
         # Per topic: (generation, the dirty rows a survey read), see _survey.
         self._surveyed: dict[TopicId, tuple[int, list[tuple[int, int, int]]]] = {}
         self.produced = ProducedKeys(settings.produced_keys_bytes // PRODUCED_KEY_BYTES)
+        self._read = RowReader(house, key_of, self.produced, self._pace)
         self._slice_started = time.perf_counter()
         self._slice_cpu = time.thread_time()
         # Set by stop(): a pass ends at its next pause (every step is atomic per row, so a
@@ -371,7 +336,7 @@ class Cleaner:
         known = self._surveyed.get(st.topic)
         rows = [r for r in known[1] if r[0] > ck.dirty] if known and known[0] == gen else []
         start = rows[-1][0] if rows else ck.dirty
-        for end, size, ts in self._sizes(st, start, st.visible_offset, now, pace):
+        for end, size, ts in self._read.sizes(st, start, st.visible_offset, now, pace):
             if ts > lag_cut:
                 break
             rows.append((end, size, ts))
@@ -400,7 +365,7 @@ class Cleaner:
         key_map: dict[bytes | None, int] = {}
         mapped = _Mapped()
         reached = ck.dirty
-        for row in self._rows(st, ck.dirty, end, now):
+        for row in self._read.rows(st, ck.dirty, end, now):
             ks = row.keys
             if ks is None:  # a gap: kept as it is
                 mapped.rows.append(row)
@@ -449,7 +414,7 @@ class Cleaner:
                 self._write([(k, None) for k in payload_keys])
                 payload_keys.clear()
 
-        def decide(row: _Row) -> None:
+        def decide(row: Row) -> None:
             """A row's messages one by one, against the map and the tombstones' age."""
             totals[1] += row.size
             if row.keys is None:
@@ -488,7 +453,7 @@ class Cleaner:
                 totals[2] += row.size
                 return
             if row.value is None:  # its keys came from Produce: its messages are read now
-                again = self._reread(st, row, now)
+                again = self._read.reread(st, row, now)
                 if again is None:
                     totals[2] += row.size
                     return
@@ -510,7 +475,7 @@ class Cleaner:
             totals[2] += len(value)  # type: ignore[arg-type]
 
         horizon = now - s.delete_retention_ms
-        for row in self._rows(st, 0, min(end, ck.dirty), now):
+        for row in self._read.rows(st, 0, min(end, ck.dirty), now):
             flush()
             decide(row)
         latest = mapped.latest
@@ -524,7 +489,7 @@ class Cleaner:
                 totals[2] += row.size
                 continue
             if row.gone or row.wp is not None or row.aborted:
-                again = self._reread(st, row, now)
+                again = self._read.reread(st, row, now)
                 if again is not None:
                     decide(again)
                 continue
@@ -545,7 +510,7 @@ class Cleaner:
             if not kept:
                 value = keys.encode_gap(row.base, row.count)
             else:
-                again = self._reread(st, row, now)
+                again = self._read.reread(st, row, now)
                 if again is None:
                     totals[0] -= row.count - len(kept)
                     totals[2] += row.size
@@ -562,178 +527,9 @@ class Cleaner:
         removed, before, after = totals
         return removed, before, after, min(due) if due else None
 
-    def _reread(self, st: TopicState, row: _Row, now: int) -> _Row | None:
-        """A mapped row read again for its messages (None: it changed meanwhile, left
-        alone until the next pass)."""
-        value = self._house.backend.get(row.key)
-        if value is None:
-            return None
-        again = self._decode(st, row.key, value, now)
-        if again is None or (again.base, again.count) != (row.base, row.count):
-            return None
-        return again
-
-    # --- rows ----------------------------------------------------------------------------
-    def _start(self, st: TopicState, from_offset: int) -> bytes:
-        """The key of the row holding ``from_offset`` (or of the first row after it)."""
-        if from_offset > 0:
-            return reader.start_for_offset(self._house.backend, st, from_offset).key
-        return st.msg_prefix
-
-    def _sizes(
-        self, st: TopicState, from_offset: int, end: int, now: int, pace: bool
-    ) -> Iterator[tuple[int, int, int]]:
-        """(end offset, size, publish time) of the MessageTable rows covering
-        [from_offset, end), their messages not read (a transaction's row is, to see
-        whether it may be cleaned yet); stops where ``_rows`` would."""
-        plen = len(st.msg_prefix)
-        messages = self._house.tables.messages
-        for key, head, size in messages.topic_row_heads(st, self._start(st, from_offset)):
-            if pace:
-                self._pace()
-            flags, base, count = _HEAD.unpack_from(head)
-            if base >= end:
-                return
-            if base + count <= from_offset:
-                continue
-            if flags & keys.F_TX and not flags & keys.F_GAP:
-                value = self._house.backend.get(key)
-                row = self._decode(st, key, value, now) if value is not None else None
-                if row is None:
-                    return  # in progress, committed too recently, or gone meanwhile
-                size = row.size  # with its PayloadTable rows
-            yield base + count, size, keys.MESSAGE_SUFFIX.unpack_from(key, plen)[0]
-
-    def _rows(self, st: TopicState, from_offset: int, end: int, now: int) -> Iterator[_Row]:
-        """The MessageTable rows covering [from_offset, end), with their messages' keys;
-        stops at a transaction still in progress or committed too recently."""
-        messages = self._house.tables.messages
-        start = self._start(st, from_offset)
-        if self.produced.topic_has(st.topic, st.metadata.generation):
-            yield from self._rows_with_produced_keys(st, start, from_offset, end, now)
-            return
-        for key, value in messages.topic_rows(st, start):
-            self._pace()
-            base, count = _HEAD.unpack_from(value)[1:]
-            if base >= end:
-                return
-            if base + count <= from_offset:
-                continue
-            row = self._decode(st, key, value, now)
-            if row is None:
-                return  # the cleanable part ends here (Kafka: the last stable offset)
-            yield row
-
-    def _rows_with_produced_keys(
-        self, st: TopicState, start: bytes, from_offset: int, end: int, now: int
-    ) -> Iterator[_Row]:
-        """``_rows`` for a topic some of whose batches' keys Produce gave (ProducedKeys):
-        the rows' heads first, and only the values of the others read."""
-        gen, plen = st.metadata.generation, len(st.msg_prefix)
-        get = self._house.backend.get
-        for key, head, size in self._house.tables.messages.topic_row_heads(st, start):
-            self._pace()
-            flags, base, count = _HEAD.unpack_from(head)
-            if base >= end:
-                return
-            if base + count <= from_offset:
-                continue
-            if flags == keys.F_KAFKA_BATCH:
-                produced = self.produced.keys_of(st.topic, gen, base, count)
-                if produced is not None:
-                    found, nulls = produced
-                    ts = keys.MESSAGE_SUFFIX.unpack_from(key, plen)[0]
-                    digests = [k if k is None or len(k) <= 16 else _hashed(k) for k in found]
-                    yield _Row(key, None, base, count, ts, size, digests, list(nulls))
-                    continue
-            value = get(key)
-            if value is None:
-                continue  # deleted meanwhile (a scan promises no snapshot)
-            row = self._decode(st, key, value, now)
-            if row is None:
-                return  # the cleanable part ends here (Kafka: the last stable offset)
-            yield row
-
-    def _decode(self, st: TopicState, key: bytes, value: bytes, now: int) -> _Row | None:
-        """One MessageTable row with its messages' keys; None at a transaction still in
-        progress or committed too recently."""
-        flags, base, count = _HEAD.unpack_from(value)
-        ts = keys.MESSAGE_SUFFIX.unpack_from(key, len(st.msg_prefix))[0]
-        if flags & keys.F_GAP:
-            return _Row(key, value, base, count, ts, len(value), None)
-        if flags == keys.F_KAFKA_BATCH:
-            found, nulls = keys.kafka_batch_keys(value)
-            digests = [k if k is None or len(k) <= 16 else _hashed(k) for k in found]
-            return _Row(key, value, base, count, ts, len(value), digests, nulls)
-        if flags & keys.F_PACKED:
-            msgs = keys.unpack_messages(value)
-            return self._row(key, value, base, count, ts, len(value), msgs, now)
-        flags, base, count, wp, ttl, meta, payload = keys.decode_row(value)
-        if wp is None:
-            msgs = [(payload, meta, ttl)]
-            return self._row(key, value, base, count, ts, len(value), msgs, now)
-        vis = self._house.transactions.visibility_now(wp)
-        if vis is Visibility.HOLD or (vis is Visibility.ACCEPT and ts > now - TX_SETTLE_MS):
-            return None
-        reference = not flags & (keys.F_PAYLOAD | keys.F_NULL)
-        if vis is Visibility.SKIP:
-            ref = abs(wp) if reference else None
-            return _Row(key, value, base, count, ts, len(value), [], wp=ref, aborted=True)
-        if not reference:
-            msgs = [(payload, meta, ttl)]
-            return self._row(key, value, base, count, ts, len(value), msgs, now)
-        msgs, size = self._payload_messages(st, wp)
-        if len(msgs) != count:  # not what the row says: leave it alone
-            log.warning(
-                "%s: reference row at offset %d holds %d of %d messages: not cleaned",
-                st.topic,
-                base,
-                len(msgs),
-                count,
-            )
-            return _Row(key, value, base, count, ts, len(value), None)
-        row = self._row(key, value, base, count, ts, len(value) + size, msgs, now)
-        row.wp = wp
-        return row
-
-    def _row(
-        self,
-        key: bytes,
-        value: bytes,
-        base: int,
-        count: int,
-        ts: int,
-        size: int,
-        msgs: list[Msg],
-        now: int,
-    ) -> _Row:
-        found = [self._key(meta) for _, meta, _ in msgs]
-        nulls = [i for i, (payload, _, _) in enumerate(msgs) if payload is None]
-        gone = [i for i, (_, _, ttl) in enumerate(msgs) if _is_removed(ttl, ts, now)]
-        return _Row(key, value, base, count, ts, size, found, nulls, gone, loaded=msgs)
-
-    def _payload_messages(self, st: TopicState, wp: int) -> tuple[list[Msg], int]:
-        prefix = st.payload_prefix + keys.U64.pack(abs(wp))
-        msgs: list[Msg] = []
-        size = 0
-        for _, value in self._house.backend.scan(prefix, keys.prefix_end(prefix)):
-            size += len(value)
-            msgs.extend(keys.iter_messages(value))
-        return msgs, size
-
     def _payload_keys(self, st: TopicState, wp: int) -> list[bytes]:
         found = list(self._house.tables.payloads.row_keys(st, abs(wp)))
         return [*found, st.referenced_prefix + keys.U64.pack(abs(wp))]
-
-    def _key(self, meta: bytes | None) -> bytes | None:
-        try:
-            k = self._key_of(meta)
-        except Exception:  # a meta that does not decode has no key we can compare
-            return None
-        if k is None:
-            return None
-        k = bytes(k)
-        return k if len(k) <= 16 else _hashed(k)
 
     def _write(self, mutations: list[Mutation]) -> None:
         for i in range(0, len(mutations), WRITE_CHUNK):
@@ -764,17 +560,7 @@ class Cleaner:
         self._house.write([(key, json.dumps(doc).encode())]).result()
 
 
-def _hashed(k: bytes) -> bytes:
-    """What the key map holds of a key longer than 16 bytes (shorter ones as they are)."""
-    return hashlib.blake2b(k, digest_size=16).digest()
-
-
-def _is_removed(ttl: int | None, ts: int, now: int) -> bool:
-    """Already unreadable: a removed message (TTL 0) or one whose own TTL ran out."""
-    return ttl is not None and ts + ttl < now
-
-
-def _rewritten(row: _Row, keep: list[bool]) -> bytes:
+def _rewritten(row: Row, keep: list[bool]) -> bytes:
     """The row with only the kept messages (same key, first offset and count)."""
     if not any(keep):
         return keys.encode_gap(row.base, row.count)

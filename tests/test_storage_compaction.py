@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -278,19 +279,26 @@ def test_retention_bytes_deletes_the_oldest_rows(tmp_path) -> None:
 def test_changing_a_compaction_setting_starts_the_cleaner_at_once(tmp_path) -> None:
     """The cleaner's backoff (an hour here) is for finding new work: a changed
     min.compaction.lag.ms is cleaned under at once, by the janitor's own thread."""
+    url = f"leveldb://{tmp_path}"
     settings = CompactionSettings(min_cleanable_dirty_ratio=0.0, segment_ms=0, backoff_ms=3_600_000)
-    store = open_store(f"leveldb://{tmp_path}", compaction=settings, janitor_interval_s=3600)
+    store = open_store(url, compaction=settings)  # no janitor: written before it runs
+    store.create_topic(TOPIC, {"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"})
+    meta = encode_meta(b"k", [], 0)
+    for i in range(5):
+        store.publish(TOPIC, [Entry(b"v%d" % i, meta=meta)])
+    store.close()
+    store = open_store(url, compaction=settings, janitor_interval_s=3600)
     try:
-        store.create_topic(TOPIC, {"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"})
-        meta = encode_meta(b"k", [], 0)
-        for i in range(5):
-            store.publish(TOPIC, [Entry(b"v%d" % i, meta=meta)])
-        time.sleep(0.2)  # the janitor's first run (at start) is over: nothing was cleanable
-        assert len(_read_all(store)) == 5
-        store.update_topic(TOPIC, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"})
+        rewritten = threading.Event()
+        store.add_rewrite_listener(lambda md: rewritten.set())
+        # The janitor's first run, at start, reads the topic's settings before its stats
+        # appear, and finds nothing cleanable; the next would be an hour later.
         deadline = time.monotonic() + 30
-        while len(_read_all(store)) > 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        while TOPIC not in store.cleaner.stats and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(_read_all(store)) == 5 and not rewritten.is_set()
+        store.update_topic(TOPIC, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"})
+        assert rewritten.wait(30)
         assert [(o, p) for o, p, _ in _read_all(store)] == [(4, b"v4")]
     finally:
         store.close()
