@@ -31,6 +31,7 @@ listening port), never by sleeping; nothing is timed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import signal
@@ -68,6 +69,7 @@ from migrate_helpers import (
     wait_for_offsets,
     wp_header,
 )
+from tmsgate.pipelines.migrate import Throttle
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -417,8 +419,10 @@ def test_sigkilled_copy_continues_where_the_target_ends(source, target, big_topi
             m.kill()
 
     # 1. kill -9 in the middle of the copy, then crash the target too (what the killed
-    #    command had in flight lands or not)
-    interrupt(signal.SIGKILL, [], 0)
+    #    command had in flight lands or not). The topic is ~2 MB on the wire (lz4), so
+    #    one fetch takes a whole partition: paced to 200 kB/s, the copy takes ~9 s and
+    #    the kill cannot come after its end.
+    interrupt(signal.SIGKILL, ["--max-bytes-per-second", "200000"], 0)
     target.crash_restart()
     at_kill = offsets(t, topic, 2)
     copied = sum(hi for _, hi in at_kill.values())
@@ -440,6 +444,65 @@ def test_sigkilled_copy_continues_where_the_target_ends(source, target, big_topi
     assert run.rc == 0, run
     assert set(run.verify_rows().values()) == {"ok"} and len(run.verify_rows()) == 2, run
     check_big_copy(t, topic)
+
+
+def test_paced_copy_fetches_at_most_a_second_of_its_rate_at_once(source, target, name, tmp_path):
+    """--max-bytes-per-second: every fetch asks for at most one second's worth, and the
+    fetcher sleeps until the bytes fetched are within the rate (a clock of our own:
+    no timing is asserted)."""
+    now = [100.0]
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    throttle = Throttle(1000, clock=lambda: now[0], sleep=sleep)
+    assert throttle.cap(32 << 20) == 1000 and throttle.cap(10) == 10
+
+    async def paced() -> None:
+        await throttle.fetched_bytes(2500)  # 2.5 s of the rate at once: wait 2.5 s
+        now[0] += 1.0  # the next fetch took a second itself
+        await throttle.fetched_bytes(500)  # 3 s of bytes after 3.5 s: no wait
+        await throttle.fetched_bytes(1000)  # 4 s of bytes after 3.5 s: wait 0.5 s
+
+    asyncio.run(paced())
+    assert slept == [2.5, 0.5]
+    with pytest.raises(ValueError):
+        Throttle(0)
+
+    # the command line refuses a rate that is not a positive number, saying why
+    for bad, why in (("0", "must be above 0"), ("1e6", "not a whole number")):
+        run = migrate(
+            tmp_path,
+            "--from",
+            source.bootstrap,
+            "--to",
+            target.bootstrap,
+            "--max-bytes-per-second",
+            bad,
+        )
+        assert run.rc == 2 and why in run.err, run
+
+    # and a paced copy is a whole copy
+    s, t = source.bootstrap, target.bootstrap
+    topic = name("paced")
+    create_topic(s, topic, 1)
+    produce(s, topic, recs(0, 50, "a"))
+    run = migrate(
+        tmp_path,
+        "--from",
+        s,
+        "--to",
+        t,
+        "--topics",
+        name.all,
+        "--max-bytes-per-second",
+        "4000",
+        "--verify",
+    )
+    assert run.rc == 0, run
+    assert offsets(t, topic, 1) == {0: (0, 50)}
 
 
 def test_sigkilled_copy_to_a_store_continues_where_the_store_ends(

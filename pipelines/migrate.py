@@ -3,6 +3,7 @@ cluster into tmsgate, every record at its source offset (docs/migration.md).
 
     tmsgate migrate --from kafka:9092 --to tmsgate:9092 [--topics RE] [--groups RE]
                     [--follow] [--finish] [--verify] [--force] [--dry-run]
+                    [--max-bytes-per-second N]
     tmsgate migrate --from kafka:9092 --store leveldb:///var/lib/tmsgate ...
 
 The target keeps the source's offsets, gaps included (pipelines/batches.py), so the
@@ -13,7 +14,8 @@ writes a record twice. While a topic is being migrated (its config
 that, for the cutover.
 
 Source reads and target writes are pipelined: a fetcher keeps fetching (read_committed)
-while the writer's previous produce is being made durable.
+while the writer's previous produce is being made durable. ``--max-bytes-per-second``
+paces the fetcher, so that a copy from a cluster still in use leaves it room.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import collections
 import contextlib
 import logging
 import re
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +62,36 @@ PRODUCE_MAX_BYTES = 16 << 20  # one produce request gathers fetched jobs up to t
 WRITES_IN_FLIGHT = 3  # produces awaiting the target's fsync at once
 QUEUED_JOBS = 4  # fetched, not yet written: bounds memory to ~QUEUED_JOBS x 32 MB
 TP = tuple[str, int]
+
+
+class Throttle:
+    """Paces the fetcher to ``rate`` bytes a second on average (the bytes the source
+    sends, as Kafka's replication throttles count them): after each fetch it sleeps
+    until the bytes fetched so far are within the rate since the copy began. A fetch
+    asks for at most a second's worth, so that no single answer runs far ahead (the
+    source still sends a whole first batch however large, as Kafka always does)."""
+
+    def __init__(
+        self,
+        rate: int,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        if rate <= 0:
+            raise ValueError("the rate must be a positive number of bytes a second")
+        self.rate = rate
+        self.clock, self.sleep = clock, sleep
+        self.fetched = 0
+        self.began = clock()
+
+    def cap(self, max_bytes: int) -> int:
+        return max(1, min(max_bytes, self.rate))
+
+    async def fetched_bytes(self, n: int) -> None:
+        self.fetched += n
+        ahead = self.fetched / self.rate - (self.clock() - self.began)
+        if ahead > 0:
+            await self.sleep(ahead)
 
 
 @dataclass
@@ -212,8 +246,10 @@ class Copier:
         follow: bool,
         stop: asyncio.Event,
         progress: CopyProgress,
+        throttle: Throttle | None = None,
     ) -> None:
         self.source, self.target = source, target
+        self.throttle = throttle
         self.parts = {p.tp: p for p in parts}
         self.follow = follow
         self.stop = stop
@@ -265,11 +301,13 @@ class Copier:
             by_node: dict[int, dict[TP, int]] = {}
             for tp in tps:
                 by_node.setdefault(self.source.leader(*tp), {})[tp] = self.fetch_at[tp]
+            fetch_max, partition_max = FETCH_MAX_BYTES, PARTITION_MAX_BYTES
+            if self.throttle is not None:
+                fetch_max = self.throttle.cap(fetch_max)
+                partition_max = self.throttle.cap(partition_max)
             rounds = await asyncio.gather(
                 *(
-                    self.source.fetch(
-                        node, positions, FETCH_MAX_BYTES, PARTITION_MAX_BYTES, FETCH_WAIT_MS
-                    )
+                    self.source.fetch(node, positions, fetch_max, partition_max, FETCH_WAIT_MS)
                     for node, positions in by_node.items()
                 )
             )
@@ -280,6 +318,8 @@ class Copier:
                     retry |= await self._take(fp, job)
             if job.batches:
                 await self.queue.put(job)
+            if self.throttle is not None:
+                await self.throttle.fetched_bytes(job.size)
             if retry:
                 await asyncio.sleep(0.5)
                 await self.source.refresh()

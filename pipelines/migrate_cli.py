@@ -33,6 +33,7 @@ from .migrate import (
     MigrationError,
     Part,
     Plan,
+    Throttle,
     copy_groups,
     finish,
     make_plan,
@@ -57,6 +58,7 @@ class Options:
     verify: bool
     force: bool
     dry_run: bool
+    max_bytes_per_second: int | None = None
 
 
 class Unreachable(MigrationError):
@@ -192,7 +194,8 @@ async def _copy(
     stack.callback(_stop_on_signals(stop))
     parts = {p.tp: p for p in plan.parts}
     with CopyProgress(plan.parts, out) as progress:
-        copier = Copier(source, target, plan.parts, opts.follow, stop, progress)
+        throttle = Throttle(opts.max_bytes_per_second) if opts.max_bytes_per_second else None
+        copier = Copier(source, target, plan.parts, opts.follow, stop, progress, throttle)
         groups_task = None
         if opts.follow:
             groups_task = asyncio.ensure_future(
@@ -274,6 +277,16 @@ def _print_summary(parts: list[Part], groups: list[GroupResult], seconds: float,
         print(f"group {g.group}: {g.copied} offsets copied {g.note}".rstrip(), file=out)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0: {n}")
+    return n
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     m = sub.add_parser(
         "migrate",
@@ -302,6 +315,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         action="store_true",
         help="list the topics, partitions, offsets and groups a run would copy; writes "
         "nothing (--store: reads a copy of the store, and creates none)",
+    )
+    m.add_argument(
+        "--max-bytes-per-second",
+        type=_positive_int,
+        help="copy at most this many bytes a second on average (as the source sends "
+        "them), to leave a source cluster in use room for its own clients",
     )
     m.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
 
