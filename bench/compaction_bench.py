@@ -30,7 +30,9 @@ The workload (1 KiB values, confluent-kafka, acks=all, one partition):
    every key: --keys + 1 records), probed every half second (each probe reads up to the
    topic's last offset or past --keys + 1 records); `cleaner_records_per_s` is
    --records + --tombstones over it. Every probe checks that each key it sees holds its
-   latest value or a tombstone, in offset order.
+   latest value or a tombstone, in offset order. Then, as long again, the same probes
+   of the clean topic with nothing to clean: `probes_only_ratio` is the producer's rate
+   then over the baseline, what the probes alone cost it.
 4. With --data-dir (the self-started gateway's store always): its size on disk when
    clean and --settle-s later (the janitor's pass collects value-log segments every 60 s;
    Kafka deletes cleaned segments after file.delete.delay.ms, 60 s).
@@ -138,6 +140,10 @@ def probe(bootstrap: str, topic: str, latest: dict[bytes, bytes | None], limit: 
             "group.id": f"probe-{uuid.uuid4().hex[:6]}",
             "enable.auto.commit": False,
             "fetch.max.bytes": 4 << 20,
+            # librdkafka prefetches up to 64 MiB by default: a probe of a dirty topic
+            # would have the broker send ~60 MB it never looks at, a load on the broker
+            # (and the machine) that the steady producer would count against the cleaner
+            "queued.max.messages.kbytes": 4096,
         }
     )
     tp = confluent_kafka.TopicPartition(topic, 0)
@@ -280,7 +286,19 @@ def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, 
             raise RuntimeError(f"not compacted within {args.timeout_s} s")
     cleaned = time.monotonic() - written_at
     clean_at = time.time()
+    cpu_clean = proc_cpu_seconds(pid) if pid else None
+    # The control: as long again, the same probes of the topic now clean, with no
+    # cleaning. What produce loses here is the probes' cost (the broker serving them,
+    # the probing process on the same cores), not the cleaner's.
+    control_probes = 0
+    while time.time() - clean_at < cleaned or control_probes < 1:
+        time.sleep(0.5)
+        control_probes += 1
+        probe(bootstrap, topic, latest, limit)
+    control_end = time.time()
     timeline = steady.timeline()
+    if args.timeline:  # for a look at the spread: wall time from the alteration, acked
+        Path(args.timeline).write_text("".join(f"{t - altered_at:.3f} {n}\n" for t, n in timeline))
     report["baseline_msgs_per_s"] = round(
         rate_between(timeline, altered_at - args.baseline_s + 1, altered_at)
     )
@@ -288,8 +306,13 @@ def run(bootstrap: str, args: argparse.Namespace, pid: int | None) -> dict[str, 
     report["cleaner_records_per_s"] = round(len(records) / cleaned)
     report["during_msgs_per_s"] = round(rate_between(timeline, altered_at, clean_at))
     report["during_ratio"] = round(report["during_msgs_per_s"] / report["baseline_msgs_per_s"], 2)  # type: ignore[operator]
+    report["probes_only_msgs_per_s"] = round(rate_between(timeline, clean_at, control_end))
+    report["probes_only_ratio"] = round(
+        report["probes_only_msgs_per_s"] / report["baseline_msgs_per_s"],  # type: ignore[operator]
+        2,
+    )
     if cpu0 is not None and pid:
-        report["broker_cpu_s_until_clean"] = round(proc_cpu_seconds(pid) - cpu0, 1)
+        report["broker_cpu_s_until_clean"] = round(cpu_clean - cpu0, 1)  # type: ignore[operator]
     if args.data_dir:
         report["data_bytes_when_clean"] = dir_bytes(Path(args.data_dir))
         time.sleep(args.settle_s)  # the janitor's pass / Kafka's file.delete.delay.ms
@@ -311,7 +334,9 @@ def main() -> None:
     ap.add_argument("--data-dir", help="the broker's data directory, to measure space reclaimed")
     ap.add_argument("--settle-s", type=float, default=65.0)
     ap.add_argument(
-        "--cleaner-max-share", type=float, default=0.5, help="the gateway's --cleaner-max-share"
+        "--cleaner-max-share",
+        type=float,
+        help="the gateway's --cleaner-max-share (default: its own)",
     )
     ap.add_argument(
         "--workers",
@@ -326,6 +351,8 @@ def main() -> None:
         help="the gateway's cleaner reads every row back (--cleaner-produced-keys-mb 0), as "
         "after a restart or beyond that memory",
     )
+    ap.add_argument("--gateway-log-level", default="WARNING", help="INFO: the cleaner's passes too")
+    ap.add_argument("--timeline", help="write the steady producer's acknowledgements here")
     ap.add_argument("--quick", action="store_true", help="100,000 records over 1,000 keys")
     args = ap.parse_args()
     if args.quick:
@@ -335,8 +362,10 @@ def main() -> None:
         out.update(broker=args.bootstrap, **run(args.bootstrap, args, args.broker_pid))
     else:
         gw: dict[str, object] = {}
-        extra = ["--cleaner-backoff-ms", "1000", "--cleaner-max-share", str(args.cleaner_max_share)]
-        extra += ["--workers", str(args.workers)]
+        extra = ["--cleaner-backoff-ms", "1000"]
+        if args.cleaner_max_share is not None:
+            extra += ["--cleaner-max-share", str(args.cleaner_max_share)]
+        extra += ["--workers", str(args.workers), "--log-level", args.gateway_log_level]
         if args.cold:
             extra += ["--cleaner-produced-keys-mb", "0"]
         with self_started_gateway(gw, "tmsgate-compaction-bench-", extra) as bootstrap:

@@ -234,8 +234,7 @@ def _covers(deny: AclBinding, allow: AclBinding) -> bool:
     """Whether a DENY's pattern covers every resource an ALLOW's pattern names."""
     if deny.pattern_type == PatternType.LITERAL:
         return deny.resource_name == WILDCARD or (
-            allow.pattern_type == PatternType.LITERAL
-            and allow.resource_name == deny.resource_name
+            allow.pattern_type == PatternType.LITERAL and allow.resource_name == deny.resource_name
         )
     return allow.resource_name.startswith(deny.resource_name)
 
@@ -446,9 +445,7 @@ class Authorizer:
                 allow = True
         return allow
 
-    def _denied(
-        self, who: str, host: str, op: Operation, rtype: ResourceType, name: str
-    ) -> None:
+    def _denied(self, who: str, host: str, op: Operation, rtype: ResourceType, name: str) -> None:
         if self._on_denied is not None:
             self._on_denied(rtype, op)
         now = self._clock()

@@ -416,7 +416,7 @@ CLEANER_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     (
         "--cleaner-max-share",
         "TMSGATE_CLEANER_MAX_SHARE",
-        "0.5",
+        "0.2",
         "the most of its time the cleaner works while it runs, sleeping the rest, so that "
         "produce and fetch keep the interpreter lock (1: no pauses)",
     ),

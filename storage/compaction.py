@@ -90,14 +90,13 @@ class CompactionSettings:
     buffer_bytes: int = 128 << 20  # the key map's memory (log.cleaner.dedupe.buffer.size)
     backoff_ms: int = 15_000  # between cleaner runs (log.cleaner.backoff.ms)
     produced_keys_bytes: int = 64 << 20  # ProducedKeys' memory
-    # The most of the time the cleaner's thread runs (its CPU time, see _pace); it sleeps
-    # the rest. The cleaner's Python holds the interpreter lock the event loop and the
-    # store's writer need (Kafka's cleaner threads take other cores, and log.cleaner.io.
-    # max.bytes.per.second bounds them). Measured (docs/benchmarks.md, compaction),
-    # cleaning a million records just written while another topic is produced: 1.4 s with
-    # produce at 0.82-0.84 of its rate; read back from the disk (after a restart), 4.1-5.9 s
-    # and 0.74-0.81; Kafka 4.7-6.0 s and 0.77-0.86.
-    max_share: float = 0.5
+    # The most of the time the cleaner's thread runs (its CPU time over the wall time,
+    # see _pace); it sleeps the rest. The cleaner's Python holds the interpreter lock the
+    # event loop and the store's writer need (Kafka's cleaner threads take other cores,
+    # and log.cleaner.io.max.bytes.per.second bounds them). A million records just
+    # written need about 0.2 s of it: at 0.2 that is about a second, with produce to
+    # another topic at 0.8x or more of its rate (docs/benchmarks.md, compaction).
+    max_share: float = 0.2
 
     def for_topic(self, props: Mapping[str, str]) -> CompactionSettings:
         changes: dict[str, Any] = {}
@@ -176,6 +175,38 @@ class _Stopped(Exception):
     """The store is closing: the cleaner's pass ends at its next pause."""
 
 
+class Pacer:
+    """Keeps a thread's CPU time to at most ``share`` of the wall time: ``pause()``,
+    called between small steps, sleeps after each slice of PACE_SLICE_S. CPU time is
+    what counts, the interpreter lock taken from the event loop; waiting for the disk
+    (reads outside the lock) takes none, and the slice's wall time already holds it, so
+    the sleep is only what brings the CPU time down to ``share`` of slice and sleep."""
+
+    def __init__(
+        self,
+        share: float,
+        wait: Callable[[float], bool],
+        clock: Callable[[], float] = time.perf_counter,
+        cpu: Callable[[], float] = time.thread_time,
+    ) -> None:
+        self.share = min(max(share, 0.01), 1.0)
+        self._wait, self._clock, self._cpu = wait, clock, cpu
+        self.start_slice()
+
+    def start_slice(self) -> None:
+        self._started, self._cpu_at = self._clock(), self._cpu()
+
+    def pause(self) -> bool:
+        """-> True if ``wait`` returned True (the thread is asked to stop)."""
+        took = self._clock() - self._started
+        if took < PACE_SLICE_S:
+            return False
+        pause = (self._cpu() - self._cpu_at) / self.share - took
+        stop = self.share < 1.0 and pause > 0 and self._wait(pause)
+        self.start_slice()
+        return stop
+
+
 class Cleaner:
     """Compacts the store's compacted topics; run by the janitor's thread, so it never
     races the janitor's deletes. ``rewritten(topic)`` is told after rows changed (caches
@@ -196,40 +227,25 @@ class Cleaner:
         self._surveyed: dict[TopicId, tuple[int, list[tuple[int, int, int]]]] = {}
         self.produced = ProducedKeys(settings.produced_keys_bytes // PRODUCED_KEY_BYTES)
         self._read = RowReader(house, key_of, self.produced, self._pace)
-        self._slice_started = time.perf_counter()
-        self._slice_cpu = time.thread_time()
         # Set by stop(): a pass ends at its next pause (every step is atomic per row, so a
         # pass left half done is what a kill leaves, and the next run carries on).
         self._stopping = threading.Event()
+        self._pacer = Pacer(settings.max_share, wait=self._stopping.wait)
 
     def stop(self) -> None:
         self._stopping.set()
 
     def _pace(self) -> None:
-        """Called between rows: after each slice of work, sleep so that the cleaner's
-        thread runs at most ``max_share`` of the time. Its CPU time is what counts: that
-        is the interpreter lock it takes from the event loop, while waiting for the disk
-        (reads outside the lock) takes nothing."""
-        share = self.settings.max_share
-        if time.perf_counter() - self._slice_started < PACE_SLICE_S:
-            return
-        worked = time.thread_time() - self._slice_cpu
-        if share < 1.0 and self._stopping.wait(worked * (1.0 - share) / max(share, 0.01)):
+        """Called between rows: the Pacer's pause (``_Stopped`` once the store closes)."""
+        if self._pacer.pause() or self._stopping.is_set():
             raise _Stopped
-        if self._stopping.is_set():
-            raise _Stopped
-        self._start_slice()
-
-    def _start_slice(self) -> None:
-        self._slice_started = time.perf_counter()
-        self._slice_cpu = time.thread_time()
 
     # --- one run over every compacted topic ------------------------------------------------
     def run(self) -> dict[str, int]:
         totals = {"compacted_topics": 0, "messages_removed": 0, "bytes_reclaimed": 0}
         # The first slice starts now: measured from the last run's end, the wait between
         # runs would count as work, and the first pause of a run lasted a share of it.
-        self._start_slice()
+        self._pacer.start_slice()
         for md in self._house.all_topics():
             if md.generation <= 0 or not is_compacted(md.properties):
                 continue
@@ -284,6 +300,7 @@ class Cleaner:
             return 0, 0, False
         s = self.settings.for_topic(st.metadata.properties)
         now = house.clock()
+        began, began_cpu = time.perf_counter(), time.thread_time()
         ck = self._load(st)
         stats = self.stats.setdefault(st.topic, TopicCleanerStats())
         stats.first_dirty_offset = ck.dirty
@@ -315,11 +332,14 @@ class Cleaner:
         if removed and self._rewritten is not None:
             self._rewritten(st.metadata)
         log.info(
-            "compacted %s up to offset %d: %d messages removed, %d bytes reclaimed",
+            "compacted %s up to offset %d: %d messages removed, %d bytes reclaimed "
+            "(%.2f s, of which %.2f s on the CPU)",
             st.topic,
             end,
             removed,
             before - after,
+            time.perf_counter() - began,
+            time.thread_time() - began_cpu,
         )
         return removed, max(before - after, 0), end < cleanable
 

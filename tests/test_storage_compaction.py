@@ -35,7 +35,7 @@ from tmsgate.storage import (
     memory,
     open_store,
 )
-from tmsgate.storage.compaction import CompactionSettings
+from tmsgate.storage.compaction import PACE_SLICE_S, CompactionSettings, Pacer
 from tmsgate.storage.memory import Faults, MemoryBackend
 
 EXAMPLES = int(os.environ.get("TMSGATE_COMPACTION_EXAMPLES", "60"))
@@ -362,3 +362,40 @@ def test_cleaning_with_the_keys_produce_gave() -> None:
         assert store.cleaner.produced.held() == 3  # the two rewritten rows forgotten
     finally:
         store.close()
+
+
+def test_the_pacer_keeps_the_cleaners_cpu_to_its_share() -> None:
+    """Pacer: after a slice of PACE_SLICE_S, it sleeps until the slice's CPU time is
+    ``share`` of slice and sleep; time spent waiting for the disk (wall time without CPU
+    time) counts towards the sleep. Clocks of our own: no timing is asserted."""
+    wall, cpu, slept = [0.0], [0.0], []
+
+    def wait(s: float) -> bool:
+        slept.append(round(s, 6))
+        wall[0] += s
+        return False
+
+    pacer = Pacer(0.2, wait, clock=lambda: wall[0], cpu=lambda: cpu[0])
+
+    def step(w: float, c: float) -> bool:
+        wall[0] += w
+        cpu[0] += c
+        return pacer.pause()
+
+    assert step(PACE_SLICE_S / 2, PACE_SLICE_S / 2) is False and slept == []  # mid-slice
+    assert step(PACE_SLICE_S / 2, PACE_SLICE_S / 2) is False  # a slice all on the CPU:
+    assert slept == [round(0.02 / 0.2 - 0.02, 6)]  # 20 ms of CPU in 100 ms of wall time
+    assert step(0.02, 0.005) is False  # 5 ms of CPU, 15 ms waiting for the disk
+    assert slept[-1] == round(0.005 / 0.2 - 0.02, 6)
+    step(0.05, 0.005)  # waits for the disk already long enough: no sleep
+    assert len(slept) == 2
+    # a stop asked for during the sleep ends the pass
+    stopping = Pacer(0.5, lambda s: True, clock=lambda: wall[0], cpu=lambda: cpu[0])
+    wall[0] += 0.03
+    cpu[0] += 0.03
+    assert stopping.pause() is True
+    # share 1: never sleeps
+    never = Pacer(1.0, wait, clock=lambda: wall[0], cpu=lambda: cpu[0])
+    wall[0] += 1
+    cpu[0] += 1
+    assert never.pause() is False and len(slept) == 2

@@ -41,5 +41,3 @@ def refusal(ctx: RequestContext, operation: Operation) -> tuple[ErrorCode, str] 
     if not ctx.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME):
         return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
     return None
-
-

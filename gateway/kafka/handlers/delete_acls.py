@@ -67,8 +67,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     if refused is not None:
         code, message = refused
         results = [
-            _Result(error_code=code, error_message=message, matching_acls=[])
-            for _ in req.filters
+            _Result(error_code=code, error_message=message, matching_acls=[]) for _ in req.filters
         ]
     else:
         results = await _delete(ctx, list(req.filters))
