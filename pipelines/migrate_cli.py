@@ -319,6 +319,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     m.add_argument(
         "--max-bytes-per-second",
         type=_positive_int,
+        metavar="N",
         help="copy at most this many bytes a second on average (as the source sends "
         "them), to leave a source cluster in use room for its own clients",
     )
