@@ -18,8 +18,9 @@ machine (docs/architecture.md has the picture):
 - **Sockets.** The parent binds the Kafka and HTTP addresses given (where clients
   bootstrap) and, for each worker, a Kafka and an HTTP socket of its own on a free port
   (the address Metadata and the other workers give for it); a worker accepts on its own
-  and on the shared ones (``listen_fds``). Metrics: worker i serves ``--metrics-listen``'s
-  port + i.
+  and on the shared ones (``listen_fds``). Metrics: the parent serves
+  ``--metrics-listen`` with every worker's metrics in one scrape, labelled by worker
+  (gateway/workers_metrics.py); worker i serves its own at that port + 1 + i.
 
 A dead worker (killed, crashed): the parent ends its connections to the store, waiting
 until nothing it sent is still being written, then releases every lease it held, so the
@@ -53,6 +54,7 @@ from tmsgate.storage.errors import StorageError
 from tmsgate.storage.leases import LeaseTable, wall_clock_ms
 from tmsgate.storage.served import BackendServer
 
+from . import workers_metrics
 from .cluster import node_of
 from .http.server import bind as http_bind
 
@@ -178,6 +180,7 @@ class Supervisor:
         self._shared: dict[str, socket.socket] = {}
         self._server: BackendServer | None = None
         self._run_dir = ""
+        self._metrics = workers_metrics.WorkersCollector(self._metrics_targets)
 
     def run(self) -> int:
         args = self.args
@@ -246,6 +249,13 @@ class Supervisor:
         except OSError as exc:
             log.error("cannot listen: %s (--kafka-listen / --http-listen)", exc)
             return 1
+        if args.metrics_listen:
+            metrics_host, metrics_port = _address(args.metrics_listen)
+            try:
+                workers_metrics.serve(metrics_host, metrics_port, self._metrics)
+            except OSError as exc:
+                log.error("cannot listen: %s (--metrics-listen)", exc)
+                return 1
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         for worker in self._workers:
@@ -308,8 +318,23 @@ class Supervisor:
         ]
         if args.metrics_listen:
             metrics_host, metrics_port = _address(args.metrics_listen)
-            command += ["--metrics-listen", f"{metrics_host}:{metrics_port + worker.index}"]
+            port = workers_metrics.worker_metrics_port(metrics_port, worker.index)
+            command += ["--metrics-listen", f"{metrics_host}:{port}"]
         return command
+
+    def _metrics_targets(self) -> list[tuple[int, str]]:
+        """Each worker's own metrics URL, for the parent's scrape."""
+        host, port = _address(self.args.metrics_listen)
+        if host in ("", "0.0.0.0"):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        if ":" in host:
+            host = f"[{host}]"
+        return [
+            (w.index, f"http://{host}:{workers_metrics.worker_metrics_port(port, w.index)}/metrics")
+            for w in self._workers
+        ]
 
     def _start(self, worker: Worker) -> None:
         assert worker.http is not None
@@ -354,6 +379,7 @@ class Supervisor:
                 return rc if rc > 0 else 1
         else:
             worker.quick_exits = 0
+        self._metrics.restarted(worker.index)
         self._start(worker)
         return None
 

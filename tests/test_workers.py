@@ -15,6 +15,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from gateway_harness import free_port
+from prometheus_client.parser import text_string_to_metric_families
 from tmsgate.gateway.cluster import rendezvous
 from tmsgate.storage.ids import TopicId
 
@@ -91,6 +93,30 @@ def split_topic(prefix: str) -> str:
     raise AssertionError("no name splits")
 
 
+def free_ports_in_a_row(n: int) -> int:
+    """A port p with p .. p + n - 1 all free now."""
+    for _ in range(200):
+        first = free_port()
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + n):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return first
+    raise AssertionError(f"no {n} free ports in a row")
+
+
+def scrape(url: str) -> dict[str, Any]:
+    """The parent's /metrics, parsed: family name -> family."""
+    text = httpx.get(url, timeout=10).text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in families:  # one HELP/TYPE per family: the workers' were merged, not pasted
+        assert text.count(f"# TYPE {name} ") + text.count(f"# TYPE {name}_total ") <= 1, name
+    return families
+
+
 class WorkersGateway:
     """``tmsgate serve --workers 2`` over ``<workdir>/store``, restartable on the same store
     and ports; its output in ``<workdir>/serve.log``."""
@@ -104,6 +130,7 @@ class WorkersGateway:
         self.http_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.seen_children: set[int] = set()
+        self.metrics_url = ""  # with --metrics-listen: the parent's scrape
 
     @property
     def bootstrap(self) -> str:
@@ -343,7 +370,11 @@ def assert_acked_read_once(gw: WorkersGateway, topic: str, acks: Acks) -> None:
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkersGateway]:
-    gateway = WorkersGateway(tmp_path_factory.mktemp("workers"))
+    metrics_port = free_ports_in_a_row(1 + WORKERS)  # the parent's, then each worker's
+    gateway = WorkersGateway(
+        tmp_path_factory.mktemp("workers"), "--metrics-listen", f"127.0.0.1:{metrics_port}"
+    )
+    gateway.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     try:
         yield gateway.start()
     finally:
@@ -483,6 +514,29 @@ def publish_following_the_leader(topics: str, message: str, refused: list[str]) 
         time.sleep(0 if leader else 0.2)
 
 
+def test_one_scrape_has_every_workers_metrics(gw: WorkersGateway) -> None:
+    """The parent's --metrics-listen gives every worker's metrics, labelled by worker,
+    in one exposition, with whether each answered."""
+    topic = split_topic("metrics")
+    create_topic(gw.bootstrap, topic)
+    acks = Acks()
+    producer = idempotent_producer(gw.bootstrap, acks)
+    for i in range(40):
+        produce(producer, topic, b"metrics-%02d" % i, i % PARTITIONS, acks)
+    assert producer.flush(60) == 0 and not acks.failed
+    families = scrape(gw.metrics_url)
+    up = {s.labels["worker"]: s.value for s in families["tmsgate_worker_up"].samples}
+    assert up == {"0": 1.0, "1": 1.0}
+    produced_on = {
+        s.labels["worker"]
+        for s in families["tmsgate_kafka_requests"].samples
+        if s.labels["api"].lower() == "produce" and s.value > 0
+    }
+    assert produced_on == {"0", "1"}  # both lead partitions of the topic
+    restarts = {s.labels["worker"]: s.value for s in families["tmsgate_worker_restarts"].samples}
+    assert restarts == {"0": 0.0, "1": 0.0}
+
+
 def test_a_killed_worker_loses_no_acknowledged_record(gw: WorkersGateway) -> None:
     topic = split_topic("kill")
     create_topic(gw.bootstrap, topic)
@@ -515,6 +569,8 @@ def test_a_killed_worker_loses_no_acknowledged_record(gw: WorkersGateway) -> Non
     assert len(acks.acked) > 1500
     assert_acked_read_once(gw, topic, acks)
     ACKED[topic] = acks
+    restarts = scrape(gw.metrics_url)["tmsgate_worker_restarts"].samples
+    assert {s.labels["worker"]: s.value for s in restarts} == {"0": 1.0, "1": 0.0}
 
 
 def test_a_killed_parent_takes_the_workers_and_a_restart_has_every_record(
