@@ -57,12 +57,10 @@ class WorkersCollector:
                 restarts.add_metric([str(index)], self._restarts.get(index, 0))
         merged: dict[str, Metric] = {}
         with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
-            texts = list(pool.map(_scrape, [url for _, url in targets]))
-        for (index, _), text in zip(targets, texts, strict=True):
-            up.add_metric([str(index)], 0.0 if text is None else 1.0)
-            if text is None:
-                continue
-            for family in text_string_to_metric_families(text):
+            scraped = list(pool.map(_scrape, [url for _, url in targets]))
+        for (index, _), families in zip(targets, scraped, strict=True):
+            up.add_metric([str(index)], 0.0 if families is None else 1.0)
+            for family in families or ():
                 out = merged.get(family.name)
                 if out is None:
                     out = Metric(family.name, family.documentation, family.type, family.unit)
@@ -75,12 +73,13 @@ class WorkersCollector:
         yield from merged.values()
 
 
-def _scrape(url: str) -> str | None:
+def _scrape(url: str) -> list[Metric] | None:
+    """A worker's metric families; None if it did not answer with a valid exposition
+    (refused, timed out, not HTTP while it starts)."""
     try:
         with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as answer:
-            text: str = answer.read().decode("utf-8")
-            return text
-    except (OSError, ValueError):  # refused, timed out, or not HTTP (a worker starting)
+            return list(text_string_to_metric_families(answer.read().decode("utf-8")))
+    except (OSError, ValueError):  # UnicodeDecodeError and the parser's errors included
         return None
 
 
