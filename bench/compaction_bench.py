@@ -3,10 +3,13 @@ cleaning costs the produce path (docs/compaction.md, docs/benchmarks.md).
 
     .venv/bin/python bench/compaction_bench.py [--bootstrap host:port] [--quick] [--cold]
         [--records 1000000] [--keys 10000] [--tombstones 1000] [--workers N]
+        [--cleaner-max-share X] [--gateway-log-level INFO] [--timeline FILE]
 
 Without --bootstrap it starts its own `tmsgate serve` (LevelDB in a temp dir) with
 `--cleaner-backoff-ms 1000` (and, with --cold, `--cleaner-produced-keys-mb 0`: the cleaner
-reads every row back from the disk, as after a restart); with --bootstrap it measures any
+reads every row back from the disk, as after a restart) and its defaults otherwise (at
+--gateway-log-level INFO its log has each cleaner pass's wall and CPU time); with
+--bootstrap it measures any
 broker, e.g. Apache Kafka 4.1 started with `log.cleaner.backoff.ms=1000` (say so beside
 the figures).
 
