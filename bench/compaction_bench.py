@@ -9,9 +9,8 @@ Without --bootstrap it starts its own `tmsgate serve` (LevelDB in a temp dir) wi
 `--cleaner-backoff-ms 1000` (and, with --cold, `--cleaner-produced-keys-mb 0`: the cleaner
 reads every row back from the disk, as after a restart) and its defaults otherwise (at
 --gateway-log-level INFO its log has each cleaner pass's wall and CPU time); with
---bootstrap it measures any
-broker, e.g. Apache Kafka 4.1 started with `log.cleaner.backoff.ms=1000` (say so beside
-the figures).
+--bootstrap it measures any broker, e.g. Apache Kafka 4.1 started with
+`log.cleaner.backoff.ms=1000` (say so beside the figures).
 
 The workload (1 KiB values, confluent-kafka, acks=all, one partition):
 1. `write`: after an untimed warm-up (--plain records to a plain topic), --records
