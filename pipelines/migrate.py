@@ -85,7 +85,8 @@ class Throttle:
         self.began = clock()
 
     def cap(self, max_bytes: int) -> int:
-        return max(1, min(max_bytes, self.rate))
+        """A fetch's byte limit: at most a second's worth."""
+        return min(max_bytes, self.rate)
 
     async def fetched_bytes(self, n: int) -> None:
         self.fetched += n
