@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import random
 from pathlib import Path
 
 import plyvel
@@ -546,3 +547,35 @@ def test_only_the_newest_writes_stay_in_the_page_cache(
     assert not any(first[:-1]), "the collector left the oldest segment cached"
     assert dict(b.scan(b"", b"\xff")) == written
     b.close()
+
+
+def test_the_collectors_walk_reads_every_head_whatever_the_entries_sizes(
+    tmp_path: Path,
+) -> None:
+    """_walk_heads reads heads in chunks that grow over small entries and shrink to one
+    head after a large one; every entry comes out exactly, wherever the chunks end: runs
+    of small entries, values larger than the largest chunk, keys longer than the smallest,
+    and a torn last entry (its value runs past the end), which ends the walk."""
+    rng = random.Random(7)
+    sizes = [rng.randrange(1, 300) for _ in range(3000)]  # chunks grow to the maximum
+    sizes += [vlog.HEADS_MAX_READ * 3, 5, vlog.HEADS_MIN_READ - 3, 0, 1 << 20]
+    sizes += [rng.randrange(1, 5000) for _ in range(500)]
+    body, expected = bytearray(MAGIC), []
+    for i, n in enumerate(sizes):
+        key = b"k%06d" % i + (b"x" * (vlog.HEADS_MIN_READ + 100) if i % 997 == 3 else b"")
+        pos = len(body)
+        body += vlog.ENTRY_HEAD.pack(len(key), n) + key + bytes([i % 251]) * n
+        expected.append((pos, key, pos + vlog.ENTRY_HEAD.size + len(key), n))
+    end = len(body)
+    body += vlog.ENTRY_HEAD.pack(3, 1 << 30) + b"abc" + b"\x01" * 100  # torn: runs past end
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(body))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        walked = list(vlog._walk_heads(fd, len(MAGIC), len(body)))
+        assert walked == expected
+        # From an entry in the middle, and up to a given end (a hole after it).
+        middle = expected[1234][0]
+        assert list(vlog._walk_heads(fd, middle, end)) == expected[1234:]
+    finally:
+        os.close(fd)
