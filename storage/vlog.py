@@ -620,11 +620,16 @@ class ValueLog:
         is_live: Callable[[bytes, bytes], bool],
         relocate: Callable[[list[tuple[bytes, bytes, bytes]]], int],
     ) -> int:
-        view, moved, chunk = self._view(seg), 0, []
+        moved, chunk = 0, []
         for _, key, at, n in self._entries(seg, seg.scanned_to):
             pointer = POINTER.pack(TAG_POINTER, seg.id, at, n)
             if is_live(key, pointer):
-                chunk.append((key, pointer, view[at : at + n]))
+                # Read with the interpreter lock free: the segment is old, and a page
+                # fault in a mapping would wait for the disk holding it.
+                value = _pread(seg.path, at, n)
+                if value is None:
+                    raise BackendError(f"value log segment {seg.id} is shorter than its entries")
+                chunk.append((key, pointer, value))
                 if len(chunk) >= RELOCATE_CHUNK:
                     moved += relocate(chunk)
                     chunk = []
