@@ -497,6 +497,12 @@ class HBaseBackend:
                 )
 
     # --- conditional writes ------------------------------------------------------------
+    def check_and_put_many(
+        self, changes: Sequence[tuple[bytes, bytes | None, bytes | None]]
+    ) -> list[bool]:
+        """One checkAndPut after another: Thrift 1 has no batch of conditional puts."""
+        return [self.check_and_put(key, expected, value) for key, expected, value in changes]
+
     def check_and_put(self, key: bytes, expected: bytes | None, value: bytes | None) -> bool:
         """HBase's checkAndPut on a metadata row's ``d:v`` (the module's notes: server
         timestamps, no deletes, no empty values, metadata rows only)."""

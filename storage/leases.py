@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from . import keys
@@ -178,6 +178,26 @@ class LeaseTable:
         if self._replace_ours(lease, new):
             return replace(lease, expires_ms=now + ttl, ttl_ms=ttl, row=new)
         return None
+
+    def renew_many(self, leases: Sequence[Lease]) -> list[Lease | None]:
+        """``renew(lease)`` for each (its own ttl), with one conditional write for all
+        (Backend.check_and_put_many: one fsync where the store can, not one a lease). A
+        lease whose row changed since it was read gets renew()'s second look."""
+        now = self._clock()
+        news = [encode_lease(x.holder, x.epoch, now + x.ttl_ms, x.ttl_ms) for x in leases]
+        first = [i for i, x in enumerate(leases) if x.row]
+        won = self._backend.check_and_put_many(
+            [(lease_key(leases[i].name), leases[i].row, news[i]) for i in first]
+        )
+        out: list[Lease | None] = [None] * len(leases)
+        for i, ok in zip(first, won, strict=True):
+            if ok:
+                x = leases[i]
+                out[i] = replace(x, expires_ms=now + x.ttl_ms, row=news[i])
+        for i, x in enumerate(leases):
+            if out[i] is None:
+                out[i] = self.renew(x)
+        return out
 
     def release(self, lease: Lease) -> bool:
         """Hand the lease back: it expires now (same epoch; the next holder gets a new

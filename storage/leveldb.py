@@ -161,6 +161,25 @@ class LevelDBBackend:
             self._write_locked([(key, value)], True, SMALL_WRITE_VALUE_LOG_MIN_BYTES)
             return True
 
+    def check_and_put_many(
+        self, changes: Sequence[tuple[bytes, bytes | None, bytes | None]]
+    ) -> list[bool]:
+        """Every compare under the write lock, the winners written as one synced batch."""
+        with self._write_lock:
+            self.space.before_write()
+            if self._wedged is not None:
+                self._unwedge()
+            won: list[bool] = []
+            written: dict[bytes, bytes | None] = {}  # what this call wrote so far
+            for key, expected, value in changes:
+                current = written[key] if key in written else self.get(key)
+                won.append(current == expected)
+                if won[-1]:
+                    written[key] = value
+            if written:
+                self._write_locked(list(written.items()), True, SMALL_WRITE_VALUE_LOG_MIN_BYTES)
+            return won
+
     def _write_locked(self, mutations: Sequence[Mutation], sync: bool, min_bytes: int) -> None:
         vlog = self._vlog
         batch = self._db.write_batch(sync=sync)

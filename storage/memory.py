@@ -164,6 +164,12 @@ class MemoryBackend:
             _count_row(faults)
         return done
 
+    def check_and_put_many(
+        self, changes: Sequence[tuple[bytes, bytes | None, bytes | None]]
+    ) -> list[bool]:
+        """One check_and_put after another: each a row (and a fault point) of its own."""
+        return [self.check_and_put(key, expected, value) for key, expected, value in changes]
+
     def write_phases(self, phases: Sequence[Sequence[Mutation]], sync: bool = True) -> None:
         for phase in phases:
             if phase:

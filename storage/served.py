@@ -36,6 +36,7 @@ from .errors import BackendError, DiskFull
 from .reader import find_offset_row
 from .served_wire import (
     CAS,
+    CASES,
     DISK_FULL,
     ERROR,
     GC,
@@ -237,6 +238,9 @@ class BackendServer:
             key, expected, value = args
             won = backend.check_and_put(key, expected, value)  # type: ignore[arg-type]
             return [b"\x01" if won else b"\x00"]
+        if op == CASES:
+            won_each = backend.check_and_put_many(args[0])  # type: ignore[arg-type]
+            return [bytes(won_each)]
         if op == GET:
             return [encode_bytes(backend.get(args[0]))]  # type: ignore[arg-type]
         if op == SCAN:
@@ -466,6 +470,22 @@ class ServedBackend:
             [bytes([CAS]), encode_bytes(key), encode_bytes(expected), encode_bytes(value)]
         )
         return bool(answer[0])
+
+    def check_and_put_many(
+        self, changes: Sequence[tuple[bytes, bytes | None, bytes | None]]
+    ) -> list[bool]:
+        """One request: the owner compares and writes them all in one batch."""
+        if not changes:
+            return []
+        parts = [bytes([CASES]), U32.pack(len(changes))]
+        for key, expected, value in changes:
+            parts += (encode_bytes(key), encode_bytes(expected), encode_bytes(value))
+        answer = self._call(parts)
+        if len(answer) != len(changes):
+            raise BackendError(
+                f"the store's owner answered {len(answer)} of {len(changes)} changes"
+            )
+        return [bool(b) for b in answer]
 
     def get(self, key: bytes) -> bytes | None:
         return Reader(self._call([bytes([GET]), encode_bytes(key)])).optional()

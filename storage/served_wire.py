@@ -15,6 +15,7 @@ the arrays of lengths in a list, in this machine's own order: the socket is loca
     WRITE    sync(u8) list                                        -> nothing
     PHASES   sync(u8) phases(u32) phases x list                   -> nothing
     CAS      key, optional expected, optional value               -> won(u8)
+    CASES    n(u32) n x (key, optional expected, optional value)  -> n x won(u8)
     GET      key                                                  -> optional value
     SCAN     start, stop, flags(u8: 1 reverse, 2 include start, 4 values as stored),
              limit(u32)                     -> more(u8: 1 more, 2 values as stored) list
@@ -42,7 +43,7 @@ from itertools import accumulate
 
 from .backend import Mutation
 
-HELLO, WRITE, PHASES, CAS, GET, SCAN, KEYS, GC, SEEK = range(1, 10)
+HELLO, WRITE, PHASES, CAS, GET, SCAN, KEYS, GC, SEEK, CASES = range(1, 11)
 OK, ERROR, DISK_FULL = 0, 1, 2
 NONE = 0xFFFFFFFF
 MAX_FRAME = 1 << 30  # a frame longer than this is refused: no row batch is that large
@@ -192,6 +193,11 @@ def decode_request(body: bytes | memoryview) -> tuple[int, tuple[object, ...]]:
         args = (phases, bool(sync))
     elif op == CAS:
         args = (r.bytes_(), r.optional(), r.optional())
+    elif op == CASES:
+        n = r.u32()
+        if n > len(body):  # each change takes at least a byte: a count this large lies
+            raise Malformed(f"{n} changes cannot fit in {len(body)} bytes")
+        args = ([(r.bytes_(), r.optional(), r.optional()) for _ in range(n)],)
     elif op == GET:
         args = (r.bytes_(),)
     elif op == SCAN:

@@ -1152,6 +1152,31 @@ def test_check_and_put(engine: Backend) -> None:
     assert scan(engine, reverse=True) == sorted(((key, b"v2") for key in CAS_KEYS), reverse=True)
 
 
+def test_check_and_put_many_is_check_and_put_for_each_in_order(engine: Backend) -> None:
+    """Each change as check_and_put would judge it after the ones before it (a later
+    change of a key compares against what an earlier one of the same call wrote), and
+    what it wrote is there (and durable: the engines' reopen tests read it back)."""
+    assert engine.check_and_put_many([]) == []
+    assert engine.check_and_put(CAS_KEYS[0], None, b"old")
+    changes = [
+        (CAS_KEYS[0], b"old", b"new"),  # wins
+        (CAS_KEYS[1], None, b"a"),  # absent: wins
+        (CAS_KEYS[2], b"x", b"b"),  # absent, not x: loses
+        (CAS_KEYS[1], b"a", b"a2"),  # against the "a" this call wrote: wins
+        (CAS_KEYS[0], b"old", b"again"),  # "new" by now: loses
+        (CAS_KEYS[3], None, b"c"),
+    ]
+    assert engine.check_and_put_many(changes) == [True, True, False, True, False, True]
+    assert get_checked(engine, CAS_KEYS[0]) == b"new"
+    assert get_checked(engine, CAS_KEYS[1]) == b"a2"
+    assert get_checked(engine, CAS_KEYS[2]) is None
+    assert get_checked(engine, CAS_KEYS[3]) == b"c"
+    many = [(b"Lmany%04d" % i, None, b"v%d" % i) for i in range(300)]
+    assert engine.check_and_put_many(many) == [True] * 300
+    assert engine.check_and_put_many(many) == [False] * 300
+    assert scan(engine, b"Lmany", b"Lmanz") == [(k, v) for k, _, v in many]
+
+
 def test_check_and_put_compares_whole_values(open_engine: EngineOpener) -> None:
     """Large values (LevelDB keeps them in its value log: the compare is of values, not
     of what LevelDB holds), values differing only in their last byte, binary values."""

@@ -155,6 +155,28 @@ def test_renew_after_a_write_whose_answer_was_lost(backend: Backend, clock: Cloc
     assert leases.renew(a) is None and leases.renew(renewed) is None
 
 
+def test_renew_many_renews_each_as_renew_would(leases: LeaseTable, clock: Clock) -> None:
+    """All in one conditional write, each judged as renew() would: held ones extended,
+    one taken over lost, one whose row changed since it was read (a renew through
+    another copy) renewed after a second look, an expired one nobody took renewed."""
+    held = [leases.acquire(f"t/{i}", "gw-a", TTL) for i in range(5)]
+    assert all(x is not None for x in held)
+    a0, a1, a2, a3, a4 = held  # type: ignore[misc]
+    clock.advance(TTL)  # all expired
+    assert leases.acquire("t/1", "gw-b", TTL) is not None  # t/1 taken over
+    moved = leases.renew(a2)  # t/2's row is not the one a2 holds any more
+    assert moved is not None
+    clock.advance(1_000)
+    out = leases.renew_many([a0, a1, a2, a3, a4])
+    assert out[1] is None
+    for lease, new in zip([a0, a2, a3, a4], [out[0], *out[2:]], strict=True):
+        assert new is not None
+        assert (new.holder, new.epoch, new.expires_ms) == ("gw-a", 1, clock.now + TTL)
+        assert leases.current(lease.name) == new
+    assert leases.current("t/1") is not None and leases.current("t/1").holder == "gw-b"  # type: ignore[union-attr]
+    assert leases.renew_many([]) == []
+
+
 def test_current_and_all(leases: LeaseTable, clock: Clock) -> None:
     names = ["orders/0", "orders/1", "orders/10", "pay/0", "ö/0"]
     for i, name in enumerate(names):

@@ -37,6 +37,7 @@ from tmsgate.storage.reader import find_offset_row
 from tmsgate.storage.served import BackendServer, ServedBackend
 from tmsgate.storage.served_wire import (
     CAS,
+    CASES,
     ERROR,
     GC,
     GET,
@@ -88,6 +89,8 @@ class Recorder(ServedBackend):
             return memoryview(b"\x00" + U32.pack(0))  # no more, no rows
         if op == CAS:
             return memoryview(b"\x01")
+        if op == CASES:
+            return memoryview(b"\x01" * U32.unpack_from(body, 1)[0])
         if op == GC:
             return memoryview(b"{}")
         if op == SEEK:
@@ -100,6 +103,10 @@ calls = st.one_of(
     st.tuples(st.just("write"), st.lists(mutation, min_size=1, max_size=6), st.booleans()),
     st.tuples(st.just("write_phases"), st.lists(mutations, max_size=4), st.booleans()),
     st.tuples(st.just("check_and_put"), small_bytes, optional_bytes, optional_bytes),
+    st.tuples(
+        st.just("check_and_put_many"),
+        st.lists(st.tuples(small_bytes, optional_bytes, optional_bytes), min_size=1, max_size=5),
+    ),
     st.tuples(st.just("get"), small_bytes),
     st.tuples(st.just("scan"), small_bytes, small_bytes, st.booleans(), st.booleans()),
     st.tuples(st.just("scan_keys"), small_bytes, small_bytes),
@@ -119,6 +126,9 @@ def make_call(client: Recorder, call: tuple) -> tuple[int, tuple[object, ...]]:
     if name == "check_and_put":
         client.check_and_put(*args)
         return CAS, tuple(args)
+    if name == "check_and_put_many":
+        assert client.check_and_put_many(args[0]) == [True] * len(args[0])
+        return CASES, ([tuple(c) for c in args[0]],)
     if name == "get":
         client.get(args[0])
         return GET, (args[0],)
@@ -148,7 +158,7 @@ def decodes_or_refuses(body: bytes) -> None:
         op, args = decode_request(body)
     except Malformed:
         return
-    assert op in (HELLO, WRITE, PHASES, CAS, GET, SCAN, KEYS, GC, SEEK)
+    assert op in (HELLO, WRITE, PHASES, CAS, GET, SCAN, KEYS, GC, SEEK, CASES)
     assert isinstance(args, tuple)
 
 
@@ -331,6 +341,8 @@ MALFORMED = [
     (bytes([SEEK]) + encode_bytes(b"M"), "frame ends early"),
     (bytes([PHASES, 1]) + U32.pack(3) + U32.pack(0), "frame ends early"),
     (bytes([CAS]) + encode_bytes(b"k") + U32.pack(7), "runs past"),
+    (bytes([CASES]) + U32.pack(1 << 30), "cannot fit"),
+    (bytes([CASES]) + U32.pack(2) + encode_bytes(b"k") + U32.pack(NONE) * 2, "ends early"),
     (scan_request(b"a", b"z", 9, 5), "scan flags 9"),
 ]
 
