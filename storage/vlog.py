@@ -563,7 +563,7 @@ class ValueLog:
         try:
             fd = os.open(seg.path, os.O_RDONLY)
         except OSError:
-            return  # collected meanwhile (the collector's own pass deletes no other way)
+            return  # deleted by an earlier pass: nothing left to walk
         try:
             yield from _walk_heads(fd, pos, self._data_end(seg))
         finally:
