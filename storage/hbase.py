@@ -136,13 +136,12 @@ import weakref
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import happybase
 import Hbase_thrift  # the module happybase loads from the Hbase.thrift it ships
 import thriftpy2
-from sortedcontainers import SortedDict
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TClient, TException
 from thriftpy2.transport import TTransportException
@@ -150,6 +149,7 @@ from thriftpy2.transport import TTransportException
 from . import keys
 from .backend import Mutation
 from .errors import BackendError
+from .offset_hints import HeadRow, OffsetHints, holds
 
 log = logging.getLogger(__name__)
 
@@ -204,11 +204,6 @@ PROBE_ROWS = 8  # rows an offset search probe reads (d:o cells only): one may en
 SCAN_GROWTH = 8
 SCAN_MAX_ROWS = 256  # rows per scanner (a Thrift 1 scan cannot bound bytes)
 WRITE_MAX_ROWS = 1000  # rows per mutateRowsTs call
-# The offset search's hints (seek_offset): rows remembered per MessageTable prefix, and
-# prefixes (topic generations) remembered at once, the least recently used going first.
-# A row takes about 220 bytes: at most ~30 MB.
-HINTS_PER_PREFIX = 512
-HINT_PREFIXES = 256
 WRITE_MAX_BYTES = 8 << 20
 
 _PREFIX_RE = re.compile(r"^(?:[A-Za-z0-9_]+:)?[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -262,7 +257,7 @@ class HBaseBackend:
         self._executor_lock = threading.Lock()
         self.tables = {t: f"{prefix}_{name}".encode() for t, name in SALTED_TABLES.items()}
         self.metadata_table = f"{prefix}_{METADATA_TABLE}".encode()
-        self._hints = _OffsetHints()
+        self._hints = OffsetHints()
         try:
             # Connects one connection at once, so a wrong address fails here.
             self._pool = happybase.ConnectionPool(
@@ -754,7 +749,7 @@ class HBaseBackend:
         scan of the buckets over that range (about ``salt_buckets`` rows, ``d:o`` only)
         finds it.
 
-        The rows found are remembered (_OffsetHints) as hints, never as facts: rows go
+        The rows found are remembered (storage/offset_hints.py) as hints, never as facts: rows go
         (TTL, topic deletion, a partial write settled and its offsets given to later
         rows), so a hint is used only once a read shows its row there with the same base
         and count. A hint row holding the offset is the answer (one get); others bound
@@ -764,15 +759,15 @@ class HBaseBackend:
         if prefix[:1] != keys.MESSAGE:
             raise ValueError(f"seek_offset searches MessageTable keys, not {prefix[:1]!r}")
         table = self.tables[keys.MESSAGE]
-        lo: _HeadRow | None = None
-        hi: _HeadRow | None = None
+        lo: HeadRow | None = None
+        hi: HeadRow | None = None
         for _ in range(3):  # a stale hint is dropped and the next one tried
             lo, hi = self._hints.bracket(prefix, offset)
             if lo is None or lo.base + lo.count <= offset:
                 lo, hi = self._verified(table, prefix, lo, hi)
                 break
             value = self._get_value(table, lo.key)
-            if _holds(value, lo):
+            if holds(value, lo):
                 self._hints.note(prefix, [lo])  # used: kept longer
                 return lo.key, value
             self._hints.forget(prefix, lo)
@@ -788,9 +783,9 @@ class HBaseBackend:
         table: bytes,
         prefix: bytes,
         offset: int,
-        lo: _HeadRow | None,
-        hi: _HeadRow | None,
-    ) -> _HeadRow | None:
+        lo: HeadRow | None,
+        hi: HeadRow | None,
+    ) -> HeadRow | None:
         """seek_offset between verified rows ``lo`` (base <= offset; None: from the topic's
         first key) and ``hi`` (base > offset; None: past the topic's last row)."""
         plen = len(prefix)
@@ -802,7 +797,7 @@ class HBaseBackend:
         # many rows) are read by one merged scan rather than searched for.
         near = 2 * buckets
 
-        def probe(start: bytes, stop: bytes, reverse: bool, n: int) -> tuple[list[_HeadRow], bool]:
+        def probe(start: bytes, stop: bytes, reverse: bool, n: int) -> tuple[list[HeadRow], bool]:
             """The bucket's first (last) ``n`` rows in [start, stop), in key order, and
             whether that is all of them: one scanner, ``d:o`` cells only."""
             row_lo, row_hi = _bucket_range(keys.MESSAGE, bucket, start, stop)
@@ -838,8 +833,8 @@ class HBaseBackend:
             # bucket has no row in [hi_i, upper) (keys as integers). It ends when the
             # bucket has no row between ``low`` and ``upper`` (hi_i == lo_i + 1, or the
             # probes show it), or when few offsets (so few rows) lie between them.
-            lo_i, lo_base = _key_int(low.key, plen), low.base
-            hi_i, hi_base = _key_int(upper.key, plen), upper.base
+            lo_i, lo_base = keys.message_key_int(low.key, plen), low.base
+            hi_i, hi_base = keys.message_key_int(upper.key, plen), upper.base
             n = 0
             while not gapless and hi_i - lo_i > 1 and upper.base - low.base > near:
                 if n % 2 == 0 and hi_base > lo_base:
@@ -848,14 +843,16 @@ class HBaseBackend:
                     guess = (lo_i + hi_i) // 2
                 guess = min(max(guess, lo_i + 1), hi_i - 1)
                 n += 1
-                key = prefix + _int_key(guess)
-                rows, done = probe(key, prefix + _int_key(hi_i), False, PROBE_ROWS)
+                key = prefix + keys.message_key_suffix(guess)
+                rows, done = probe(key, prefix + keys.message_key_suffix(hi_i), False, PROBE_ROWS)
                 if not rows:
                     # None in [guess, hi): the bucket's last rows below the guess instead
                     # (key gaps, a pause or the seq numbers a millisecond left unused,
                     # would take a halving each).
                     hi_i = guess
-                    rows, done = probe(prefix + _int_key(lo_i + 1), key, True, PROBE_ROWS)
+                    rows, done = probe(
+                        prefix + keys.message_key_suffix(lo_i + 1), key, True, PROBE_ROWS
+                    )
                     if not rows:
                         gapless = True  # no row of the bucket in (low, hi)
                     elif rows[-1].base <= offset:
@@ -864,7 +861,11 @@ class HBaseBackend:
                         i = next(i for i, r in enumerate(rows) if r.base > offset)
                         low, upper, gapless = rows[i - 1], rows[i], True  # consecutive
                     else:
-                        upper, hi_i, hi_base = rows[0], _key_int(rows[0].key, plen), rows[0].base
+                        upper, hi_i, hi_base = (
+                            rows[0],
+                            keys.message_key_int(rows[0].key, plen),
+                            rows[0].base,
+                        )
                         gapless = done  # and no more of the bucket down to ``low``
                     continue
                 below = [r for r in rows if r.base <= offset]  # rows from the guess on
@@ -874,7 +875,11 @@ class HBaseBackend:
                     else:
                         upper, hi_i, hi_base = rows[0], guess, rows[0].base
                 else:
-                    low, lo_i, lo_base = below[-1], _key_int(below[-1].key, plen), below[-1].base
+                    low, lo_i, lo_base = (
+                        below[-1],
+                        keys.message_key_int(below[-1].key, plen),
+                        below[-1].base,
+                    )
                     gapless = done  # and no more of the bucket up to hi_i
             gapless = gapless or hi_i - lo_i <= 1
         # The target is ``low`` or a row of the merged scan between ``low`` and ``upper``
@@ -895,8 +900,8 @@ class HBaseBackend:
         return best
 
     def _verified(
-        self, table: bytes, prefix: bytes, lo: _HeadRow | None, hi: _HeadRow | None
-    ) -> tuple[_HeadRow | None, _HeadRow | None]:
+        self, table: bytes, prefix: bytes, lo: HeadRow | None, hi: HeadRow | None
+    ) -> tuple[HeadRow | None, HeadRow | None]:
         """Hint rows ``lo`` and ``hi`` if they are still there with the same head (one
         getRowsWithColumns of their ``d:o`` cells); a stale one is forgotten."""
         hints = [h for h in (lo, hi) if h is not None]
@@ -972,106 +977,9 @@ class HBaseBackend:
         return f"HBaseBackend({self.url}, salt_buckets={self.salt_buckets})"
 
 
-class _HeadRow(NamedTuple):
-    """A MessageTable row as the offset search sees it: its store key and ``d:o``."""
-
-    key: bytes
-    base: int
-    count: int
-
-
-def _head_row(result: Any) -> _HeadRow:
+def _head_row(result: Any) -> HeadRow:
     _, base, count = keys.ROW_HEAD.unpack(result.columns[_HEAD].value)
-    return _HeadRow(keys.MESSAGE + result.row[1:], base, count)
-
-
-def _holds(value: bytes | None, row: _HeadRow) -> bool:
-    """Whether ``value`` is a row with ``row``'s base offset and count."""
-    if value is None or len(value) < keys.ROW_HEAD.size:
-        return False
-    return keys.ROW_HEAD.unpack_from(value)[1:] == (row.base, row.count)
-
-
-def _key_int(key: bytes, plen: int) -> int:
-    """A message key as an integer (publish_ts << 16 | seq), as reader.py counts them."""
-    ts, seq = keys.MESSAGE_SUFFIX.unpack_from(key, plen)
-    return ts << 16 | seq
-
-
-def _int_key(value: int) -> bytes:
-    return keys.MESSAGE_SUFFIX.pack(value >> 16, value & 0xFFFF)
-
-
-class _OffsetHints:
-    """MessageTable rows seen by seek_offset, per key prefix (topic generation): base
-    offset -> (key, count), sparse and bounded. Hints only (seek_offset verifies them).
-
-    A prefix keeps at most ``per_prefix`` rows, and at most ``prefixes`` prefixes are
-    kept; the least recently noted row (or prefix) goes first. seek_offset notes again
-    the hints it uses, so an offset named again and again (a log start, a group's
-    committed offset) stays a hint."""
-
-    def __init__(self, per_prefix: int = HINTS_PER_PREFIX, prefixes: int = HINT_PREFIXES):
-        self._per_prefix = per_prefix
-        self._prefixes = prefixes
-        self._lock = threading.Lock()
-        # prefix -> (base -> (key, count), and the bases from least to most recently noted)
-        self._rows: dict[bytes, tuple[SortedDict, dict[int, None]]] = {}
-
-    def _prefix(self, prefix: bytes, create: bool) -> tuple[SortedDict, dict[int, None]] | None:
-        """The prefix's rows, made the most recently used (the caller holds the lock)."""
-        known = self._rows.pop(prefix, None)
-        if known is None:
-            if not create:
-                return None
-            while len(self._rows) >= self._prefixes:
-                del self._rows[next(iter(self._rows))]  # the least recently used
-            known = (SortedDict(), {})
-        self._rows[prefix] = known
-        return known
-
-    def note(self, prefix: bytes, rows: Sequence[_HeadRow]) -> None:
-        if not rows:
-            return
-        with self._lock:
-            known = self._prefix(prefix, create=True)
-            assert known is not None
-            by_base, recency = known
-            for row in rows:
-                by_base[row.base] = (row.key, row.count)
-                recency.pop(row.base, None)
-                recency[row.base] = None
-            while len(recency) > self._per_prefix:
-                oldest = next(iter(recency))
-                del recency[oldest], by_base[oldest]
-
-    def bracket(self, prefix: bytes, offset: int) -> tuple[_HeadRow | None, _HeadRow | None]:
-        """The remembered rows nearest ``offset``: the last starting at or below it, and
-        the first starting above it."""
-        with self._lock:
-            known = self._prefix(prefix, create=False)
-            if known is None:
-                return None, None
-            by_base = known[0]
-            i = by_base.bisect_right(offset)
-            lo = hi = None
-            if i > 0:
-                base, (key, count) = by_base.peekitem(i - 1)
-                lo = _HeadRow(key, base, count)
-            if i < len(by_base):
-                base, (key, count) = by_base.peekitem(i)
-                hi = _HeadRow(key, base, count)
-            return lo, hi
-
-    def forget(self, prefix: bytes, row: _HeadRow) -> None:
-        with self._lock:
-            known = self._rows.get(prefix)
-            if known is not None and known[0].get(row.base) == (row.key, row.count):
-                del known[0][row.base], known[1][row.base]
-
-    def __len__(self) -> int:
-        with self._lock:
-            return sum(len(by_base) for by_base, _ in self._rows.values())
+    return HeadRow(keys.MESSAGE + result.row[1:], base, count)
 
 
 def _mutate_rows(table: bytes, chunk: list[Any], ts: int, conn: Any) -> None:

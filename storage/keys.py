@@ -403,3 +403,15 @@ def row_from_columns(cols: dict[bytes, bytes]) -> bytes:
         parts += [META_LEN.pack(len(meta)), meta]
     parts.append(cols.get(COL_PAYLOAD, b""))
     return b"".join(parts)
+
+
+def message_key_int(key: bytes, prefix_len: int) -> int:
+    """A MessageTable key's suffix as one integer (publish_ts << 16 | seq): keys grow with
+    it, so the offset searches (reader.py, hbase.py) interpolate between keys with it."""
+    ts, seq = MESSAGE_SUFFIX.unpack_from(key, prefix_len)
+    return ts << 16 | seq
+
+
+def message_key_suffix(value: int) -> bytes:
+    """The key suffix of ``message_key_int``'s integer."""
+    return MESSAGE_SUFFIX.pack(value >> 16, value & 0xFFFF)

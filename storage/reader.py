@@ -118,8 +118,8 @@ def find_offset_row(backend: Backend, prefix: bytes, offset: int) -> bytes | Non
         return last[0]
     # Row keys as integers (ts << 16 | seq). Invariant: the row holding the offset is at
     # key lo or later, and before hi; lo is a row with base <= offset.
-    lo, lo_base = _key_int(first[0], plen), first[1]
-    hi, hi_base = _key_int(last[0], plen), last[1]
+    lo, lo_base = keys.message_key_int(first[0], plen), first[1]
+    hi, hi_base = keys.message_key_int(last[0], plen), last[1]
     probe = 0
     while hi - lo > 1:
         if probe % 2 == 0 and hi_base > lo_base:
@@ -128,14 +128,14 @@ def find_offset_row(backend: Backend, prefix: bytes, offset: int) -> bytes | Non
             guess = (lo + hi) // 2
         guess = min(max(guess, lo + 1), hi - 1)
         probe += 1
-        found = _row_at(backend, prefix + _int_key(guess), end)
-        if found is None or _key_int(found[0], plen) >= hi:
+        found = _row_at(backend, prefix + keys.message_key_suffix(guess), end)
+        if found is None or keys.message_key_int(found[0], plen) >= hi:
             hi = guess  # no row in [guess, hi)
         elif found[1] <= offset:
-            lo, lo_base = _key_int(found[0], plen), found[1]
+            lo, lo_base = keys.message_key_int(found[0], plen), found[1]
         else:
             hi, hi_base = guess, found[1]  # rows from guess on start above the offset
-    return prefix + _int_key(lo)
+    return prefix + keys.message_key_suffix(lo)
 
 
 def _row_at(backend: Backend, start: bytes, end: bytes) -> tuple[bytes, int] | None:
@@ -143,15 +143,6 @@ def _row_at(backend: Backend, start: bytes, end: bytes) -> tuple[bytes, int] | N
     for key, value in backend.scan(start, end):
         return key, keys.ROW_HEAD.unpack_from(value)[1]
     return None
-
-
-def _key_int(key: bytes, plen: int) -> int:
-    ts, seq = _MESSAGE_ID.unpack_from(key, plen)
-    return ts << 16 | seq
-
-
-def _int_key(value: int) -> bytes:
-    return _MESSAGE_ID.pack(value >> 16, value & 0xFFFF)
 
 
 def start_for_id(

@@ -28,6 +28,7 @@ from tmsgate.storage import (  # noqa: E402
     Store,
     TopicId,
     keys,
+    offset_hints,
     open_backend,
 )
 from tmsgate.storage import hbase as engine  # noqa: E402
@@ -530,7 +531,7 @@ def test_seek_offset_probes_one_bucket(standin: StandinServer) -> None:
         end = keys.ROW_HEAD.unpack_from(rows[-1][1])[1]
         seek_scanners = plain_scanners = 0
         for offset in (rng.randrange(end) for _ in range(8)):
-            b._hints = engine._OffsetHints()  # every search cold
+            b._hints = offset_hints.OffsetHints()  # every search cold
             before = standin.hbase.calls["scannerOpenWithScan"]
             key = b.seek_offset(prefix, offset)
             seek_scanners += standin.hbase.calls["scannerOpenWithScan"] - before
@@ -585,8 +586,8 @@ def test_a_read_by_offset_starts_with_the_row_the_search_read(standin: StandinSe
 
 
 def test_offset_hints_stay_bounded() -> None:
-    hints = engine._OffsetHints(per_prefix=4, prefixes=2)
-    row = lambda base: engine._HeadRow(b"M%03d" % base, base, 1)  # noqa: E731
+    hints = offset_hints.OffsetHints(per_prefix=4, prefixes=2)
+    row = lambda base: offset_hints.HeadRow(b"M%03d" % base, base, 1)  # noqa: E731
     hints.note(b"a", [row(b) for b in (0, 10, 20, 30)])
     hints.note(b"a", [row(0)])  # used again: now the most recent
     hints.note(b"a", [row(40)])
@@ -595,7 +596,7 @@ def test_offset_hints_stay_bounded() -> None:
     assert hints.bracket(b"a", 5) == (row(0), row(30))
     assert hints.bracket(b"a", 45) == (row(40), row(50))
     assert hints.bracket(b"a", -1) == (None, row(0))
-    hints.forget(b"a", engine._HeadRow(b"other", 0, 1))  # not the row remembered: kept
+    hints.forget(b"a", offset_hints.HeadRow(b"other", 0, 1))  # not the row remembered: kept
     assert hints.bracket(b"a", 0)[0] == row(0)
     hints.forget(b"a", row(0))
     assert hints.bracket(b"a", 0) == (None, row(30)) and len(hints) == 3
