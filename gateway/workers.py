@@ -49,7 +49,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tmsgate.storage.backend import open_backend
+from tmsgate.storage.backend import Backend, open_backend
 from tmsgate.storage.errors import StorageError
 from tmsgate.storage.leases import LeaseTable, wall_clock_ms
 from tmsgate.storage.served import BackendServer
@@ -217,12 +217,12 @@ class Supervisor:
             if self._run_dir:
                 shutil.rmtree(self._run_dir, ignore_errors=True)
 
-    def _serve(self, backend: object) -> int:
+    def _serve(self, backend: Backend) -> int:
         args = self.args
-        store_path = str(getattr(backend, "path", ""))
+        store_path = backend.path or ""
         self._run_dir = _run_dir(store_path)
         socket_path = os.path.join(self._run_dir, "store.sock")
-        self._server = BackendServer(backend, socket_path, store_path)  # type: ignore[arg-type]
+        self._server = BackendServer(backend, socket_path, store_path)
         # We hold the store's lock, so whoever holds a lease in it is dead (the workers of
         # a parent killed before us): their partitions are free now, not after the lease.
         released = self._release_leases(None, None)

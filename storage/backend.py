@@ -13,15 +13,48 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import StorageError
 
+if TYPE_CHECKING:
+    from .space import SpaceGuard
+
 # A write is a list of (key, value) pairs; a value of None deletes the key.
 Mutation = tuple[bytes, bytes | None]
+# The row holding a Kafka offset under a MessageTable prefix: (key, value; None if the row
+# went meanwhile), or None when no row starts at or below the offset (reader.py).
+OffsetSearch = Callable[[bytes, int], "tuple[bytes, bytes | None] | None"]
+# A scan with values as the engine holds them (scan's arguments, scan's rows).
+StoredScan = Callable[..., Iterator[tuple[bytes, bytes]]]
 
 
 class Backend(Protocol):
+    # What an engine has beyond the calls every engine answers. Every engine states each
+    # of these (None or False where it has not the feature), so the store reads them and
+    # never probes for them.
+    atomic_batches: bool
+    """A write of many rows (phases too) lands whole or not at all (LevelDB, and served://
+    whose owner writes a LevelDB batch), so the store's writer records no intents."""
+
+    space: SpaceGuard | None
+    """The guard of a local disk (space.py): the Store refuses publishes while it says the
+    disk is full. None: no local disk (memory, hbase; served://, whose owner guards it)."""
+
+    path: str | None
+    """The directory the data lives in, on this machine (Kafka's DescribeLogDirs reports its
+    disk; ``serve --workers`` keeps its run directory beside it). None: no local directory."""
+
+    seek_offset: OffsetSearch | None
+    """The engine's own search for the row holding an offset, where reader.py's search
+    (a scan per probe) would cost more: hbase (one salt bucket, verified hints) and
+    served:// (one call to the owner instead of one per probe). None: reader.py searches."""
+
+    scan_stored: StoredScan | None
+    """``scan`` with each value as the engine holds it (LevelDB: tagged, maybe a value-log
+    pointer), which the owner of a served:// store answers so that a worker reads large
+    values from the value log's files itself. None: the engine holds values as they are."""
+
     def write(self, mutations: Sequence[Mutation], sync: bool = True) -> None:
         """Apply the mutations, each row atomically, in no promised order; with sync,
         durable before returning. On an error, any subset of them may have landed."""
@@ -90,10 +123,6 @@ class Backend(Protocol):
         (gateway/cluster.py)."""
 
     def close(self) -> None: ...
-
-    # A backend on a local disk also has ``space``, a ``space.SpaceGuard``: the Store asks
-    # it whether publishes are refused for a full disk. Optional (getattr), so wrappers
-    # and other backends need not have it.
 
 
 # An engine opens a backend from the rest of its URL (after ``scheme://``).

@@ -234,6 +234,11 @@ def presplit_command(table: str, salt_buckets: int) -> str:
 class HBaseBackend:
     """The Backend (backend.py) on one HBase cluster, under one table-name prefix."""
 
+    atomic_batches = False  # HBase writes each row atomically, and nothing more
+    space = None  # the region servers' disks are HBase's to guard
+    path = None
+    scan_stored = None  # values are kept as they are
+
     def __init__(
         self,
         host: str,

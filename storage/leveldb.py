@@ -67,6 +67,7 @@ class LevelDBBackend:
     # One LevelDB write batch is atomic, so the store writes all its phases as one batch
     # and needs no intents (writer.Batch).
     atomic_batches = True
+    seek_offset = None  # reader.py's search: a LevelDB seek per probe is cheap
 
     def __init__(
         self,

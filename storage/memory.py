@@ -129,6 +129,14 @@ class Faults:
 
 
 class MemoryBackend:
+    # Writes land row by row (faults may stop one part-way), values are kept as given,
+    # and nothing is on a disk: none of the features backend.Backend lists.
+    atomic_batches = False
+    space = None
+    path = None
+    seek_offset = None
+    scan_stored = None
+
     def __init__(self, shared: MemoryTable | None = None, faults: Faults | None = None) -> None:
         self.table = shared if shared is not None else MemoryTable()
         self.faults = faults

@@ -88,7 +88,7 @@ def start_for_offset(backend: Backend, st: TopicState, offset: int) -> ScanStart
     and keeps verified hints (storage/hbase.py). It answers the row this search ends on
     (the last starting at or below the offset) with its value, which the read then
     starts with; or None when no row starts at or below the offset."""
-    seek = getattr(backend, "seek_offset", None)
+    seek = backend.seek_offset
     if seek is not None:
         found = seek(st.msg_prefix, offset)
         if found is None:

@@ -249,8 +249,8 @@ class BackendServer:
             cap, size, more = max(1, min(limit, SCAN_ROWS_MAX)), 0, False  # type: ignore[call-overload]
             # Values as LevelDB holds them, when asked and this backend has them: the
             # worker reads a value-log value from the segment file itself (SegmentReader).
-            stored = stored and hasattr(backend, "scan_stored")
-            found = (backend.scan_stored if stored else backend.scan)(  # type: ignore[attr-defined]
+            scan_stored = backend.scan_stored
+            found = (scan_stored if stored and scan_stored is not None else backend.scan)(
                 start,  # type: ignore[arg-type]
                 stop,  # type: ignore[arg-type]
                 reverse=reverse,  # type: ignore[arg-type]
@@ -387,6 +387,8 @@ class ServedBackend:
     batches are atomic here as they are on leveldb://."""
 
     atomic_batches = True
+    space = None  # the owner guards the disk; its DiskFull comes back through each call
+    scan_stored = None  # what the owner's scan_stored answers is this engine's own business
 
     def __init__(self, socket_path: str) -> None:
         self._socket_path = socket_path

@@ -144,7 +144,7 @@ class Store:
         self._closed = False
         self._write_failures = 0
         # A full disk: publishes and stores are refused while this says so (space.py).
-        self._space = getattr(backend, "space", None)
+        self._space = backend.space
         if not shared:  # shared: each topic's as its leader takes it (lead)
             intents.settle(backend)  # writes a crash left in part, before anything reads
         self._writer = Writer(backend, on_failure=self._reload)
@@ -1236,8 +1236,8 @@ class Store:
         """Where the store keeps its data, with the file system's total and usable bytes
         (Kafka's DescribeLogDirs); an engine without a local directory (memory, HBase)
         answers its URL scheme and -1, -1."""
-        path = getattr(self._backend, "path", None)
-        if not isinstance(path, str):
+        path = self._backend.path
+        if not path:
             return type(self._backend).__name__, -1, -1
         usage = shutil.disk_usage(path)
         return os.path.abspath(path), usage.total, usage.free

@@ -113,7 +113,7 @@ class Writer:
     ) -> None:
         self._backend = backend
         # LevelDB writes a batch atomically: it needs no intents (see Batch).
-        self._track_intents = not getattr(backend, "atomic_batches", False)
+        self._track_intents = not backend.atomic_batches
         self._on_failure = on_failure
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False

@@ -41,6 +41,7 @@ from tmsgate.storage.errors import BackendError, StorageError
 from tmsgate.storage.ids import TopicId
 from tmsgate.storage.memory import BackendCrashed, Faults, MemoryBackend, MemoryTable
 from tmsgate.storage.served import BackendServer
+from tmsgate.storage.space import SpaceGuard
 
 ENGINES = ["leveldb", "memory", "hbase-standin", "hbase-real", "served"]
 HBASE_ENV = "TMSGATE_TEST_HBASE"
@@ -1150,6 +1151,33 @@ def test_check_and_put(engine: Backend) -> None:
     assert get_checked(engine, b"absent") is None
     assert scan(engine) == sorted((key, b"v2") for key in CAS_KEYS)
     assert scan(engine, reverse=True) == sorted(((key, b"v2") for key in CAS_KEYS), reverse=True)
+
+
+FEATURES = ("atomic_batches", "space", "path", "seek_offset", "scan_stored")
+
+
+def test_every_engine_states_the_features_the_protocol_lists(engine: Backend) -> None:
+    """The store reads an engine's features (backend.Backend) and never probes for them,
+    so each engine states every one, and what it states is usable: a local directory
+    that exists, a space guard that measures, searches and scans that answer."""
+    missing = [name for name in FEATURES if not hasattr(engine, name)]
+    assert not missing, f"{type(engine).__name__} does not state {missing}"
+    assert type(engine.atomic_batches) is bool
+    if engine.path is not None:
+        assert os.path.isdir(engine.path), engine.path
+    if engine.space is not None:
+        assert isinstance(engine.space, SpaceGuard)
+        assert engine.path is not None  # a guarded disk is a local one
+        assert engine.space.measure() >= 0
+    if engine.seek_offset is not None:
+        prefix = keys.data_prefix(keys.MESSAGE, TopicId("ns", "features"), 1)
+        assert engine.seek_offset(prefix, 0) is None  # no row of that topic yet
+    # Values from 10 bytes to 160 KiB: LevelDB keeps the large ones in its value log.
+    rows = [(b"feature%02d" % i, bytes([i]) * (10 << i)) for i in range(15)]
+    engine.write(rows)
+    assert scan(engine, b"feature", b"featurf") == rows
+    if engine.scan_stored is not None:
+        assert [k for k, _ in engine.scan_stored(b"feature", b"featurf")] == [k for k, _ in rows]
 
 
 def test_check_and_put_many_is_check_and_put_for_each_in_order(engine: Backend) -> None:

@@ -509,6 +509,8 @@ def test_seek_offset_checks_its_hints(standin: StandinServer) -> None:
 class PlainBackend:
     """The engine seen without seek_offset: reader.start_for_offset's own search."""
 
+    seek_offset = None
+
     def __init__(self, backend: engine.HBaseBackend) -> None:
         self.scan, self.get = backend.scan, backend.get
 
