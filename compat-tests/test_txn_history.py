@@ -27,14 +27,12 @@ each kind, so a checker that stopped seeing them fails here too.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from history_run import run_history
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -50,44 +48,14 @@ TIMEOUT_S = 240
 def test_random_histories_with_kills(tmp_path):
     if os.environ.get("TMSGATE_COMPAT_BOOTSTRAP"):
         pytest.skip("kills its own gateway: needs `tmsgate serve` started by the test")
-    out = tmp_path / "summary.json"
-    workdir = tmp_path / "history"
-    cmd = [
-        sys.executable,
-        str(HERE / "txn_history.py"),
+    options = [
         "--duration",
         str(DURATION_S),
         "--seed",
         str(SEED),
-        "--workdir",
-        str(workdir),
-        "--json-out",
-        str(out),
     ]
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # SIGTERM: the tool kills its writers and gateway on the way out
-        try:
-            stdout, stderr = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-        pytest.fail(
-            f"txn_history did not finish in {TIMEOUT_S} s (seed {SEED}, work dir {workdir})\n"
-            f"--- stderr ---\n{stderr[-4000:]}"
-        )
-    took = time.monotonic() - t0
-    assert out.exists(), (
-        f"no summary (exit {proc.returncode})\n--- stdout ---\n{stdout[-3000:]}\n"
-        f"--- stderr ---\n{stderr[-6000:]}"
-    )
-    summary = json.loads(out.read_text())
-    counts, stats = summary["counts"], summary["stats"]
-    print(f"\ntxn_history seed {SEED}: {took:.1f} s")
-    print("counts:", json.dumps(counts))
+    run = run_history(tmp_path, options, TIMEOUT_S, "txn_history")
+    counts, stats = run.counts, run.stats
     keys = [
         "kafka_txns",
         "kafka_txn_committed",
@@ -105,15 +73,10 @@ def test_random_histories_with_kills(tmp_path):
         "records_final_rc1",
         "records_final_ru",
     ]
-    print("exercised:", json.dumps({k: stats.get(k, 0) for k in keys}))
-
-    where = (
-        f"seed {SEED}, work dir {workdir} (store, gateway.log, logs/, history.json)\n"
-        f"examples: {json.dumps(summary['examples'], indent=1)[:6000]}\n"
-        f"--- stderr tail ---\n{stderr[-3000:]}"
-    )
+    run.report(f"txn_history, seed {SEED}", keys)
+    where = run.where(SEED, "store, gateway.log, logs/, history.json")
     assert all(v == 0 for v in counts.values()), f"violations {counts}; {where}"
-    assert not summary["problems"], f"{summary['problems']}; {where}"
+    assert not run.summary["problems"], f"{run.summary['problems']}; {where}"
     # enough happened for the zeros to mean something
     assert stats.get("kafka_txn_committed", 0) >= 50, stats
     assert stats.get("kafka_txn_aborted_on_purpose", 0) >= 1, stats

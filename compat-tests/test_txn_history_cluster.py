@@ -16,16 +16,10 @@ A longer run: ``.venv/bin/python compat-tests/txn_history.py --cluster 3 --durat
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).resolve().parent
+from history_run import run_history
 
 SEED = 20261129
 DURATION_S = 45
@@ -37,11 +31,7 @@ def test_cluster_histories_with_controller_and_gateway_kills(tmp_path):
     pytest.importorskip("happybase", reason="the hbase engine needs tmsgate[hbase]")
     if os.environ.get("TMSGATE_COMPAT_BOOTSTRAP"):
         pytest.skip("starts and kills its own gateways")
-    out = tmp_path / "summary.json"
-    workdir = tmp_path / "history"
-    cmd = [
-        sys.executable,
-        str(HERE / "txn_history.py"),
+    options = [
         "--cluster",
         "3",
         "--duration",
@@ -56,35 +46,9 @@ def test_cluster_histories_with_controller_and_gateway_kills(tmp_path):
         "1",
         "--gateway-kill-every",
         "12",
-        "--workdir",
-        str(workdir),
-        "--json-out",
-        str(out),
     ]
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # SIGTERM: the tool kills its writers and gateways on the way out
-        try:
-            stdout, stderr = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-        pytest.fail(
-            f"txn_history --cluster did not finish in {TIMEOUT_S} s (work dir {workdir})\n"
-            f"--- stderr ---\n{stderr[-4000:]}"
-        )
-    took = time.monotonic() - t0
-    assert out.exists(), (
-        f"no summary (exit {proc.returncode})\n--- stdout ---\n{stdout[-3000:]}\n"
-        f"--- stderr ---\n{stderr[-6000:]}"
-    )
-    summary = json.loads(out.read_text())
-    counts, stats = summary["counts"], summary["stats"]
-    print(f"\ntxn_history --cluster 3, seed {SEED}: {took:.1f} s")
-    print("counts:", json.dumps(counts))
+    run = run_history(tmp_path, options, TIMEOUT_S, "txn_history --cluster 3")
+    counts, stats = run.counts, run.stats
     keys = [
         "kafka_txn_committed",
         "kafka_txn_aborted_on_purpose",
@@ -101,17 +65,11 @@ def test_cluster_histories_with_controller_and_gateway_kills(tmp_path):
         "wp_check_spans_controller_kills",
         "lso_probe_behind_on_another_gateway",
     ]
-    print("exercised:", json.dumps({k: stats.get(k, 0) for k in keys}))
-    print("gateway faults:", json.dumps(stats.get("gateway_faults")))
-
-    where = (
-        f"seed {SEED}, work dir {workdir} (node<i>/gateway.log, logs/, history.json)\n"
-        f"examples: {json.dumps(summary['examples'], indent=1)[:6000]}\n"
-        f"--- stderr tail ---\n{stderr[-3000:]}"
-    )
+    run.report(f"txn_history --cluster 3, seed {SEED}", keys)
+    where = run.where(SEED, "node<i>/gateway.log, logs/, history.json")
     assert "wp_not_increasing" in counts
     assert all(v == 0 for v in counts.values()), f"violations {counts}; {where}"
-    assert not summary["problems"], f"{summary['problems']}; {where}"
+    assert not run.summary["problems"], f"{run.summary['problems']}; {where}"
     # each fault happened, and enough went through for the zeros to mean something
     assert stats["controller_kills"] >= 1 and stats["controller_takeovers"] >= 1, stats
     assert stats["other_gateway_kills"] >= 1, stats

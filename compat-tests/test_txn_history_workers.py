@@ -18,16 +18,11 @@ A longer run: ``.venv/bin/python compat-tests/txn_history.py --workers 3 --durat
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).resolve().parent
+from history_run import run_history
 
 SEED = 20261129
 DURATION_S = 45
@@ -40,11 +35,7 @@ def test_workers_histories_with_worker_and_parent_kills(tmp_path):
         pytest.skip("starts and kills its own gateway")
     if not Path("/proc/self/task").exists():
         pytest.skip("finds the workers in /proc (Linux)")
-    out = tmp_path / "summary.json"
-    workdir = tmp_path / "history"
-    cmd = [
-        sys.executable,
-        str(HERE / "txn_history.py"),
+    options = [
         "--workers",
         "3",
         "--duration",
@@ -59,35 +50,9 @@ def test_workers_histories_with_worker_and_parent_kills(tmp_path):
         "1",
         "--gateway-kill-every",
         "12",
-        "--workdir",
-        str(workdir),
-        "--json-out",
-        str(out),
     ]
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # SIGTERM: the tool kills its writers and gateway on the way out
-        try:
-            stdout, stderr = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-        pytest.fail(
-            f"txn_history --workers did not finish in {TIMEOUT_S} s (work dir {workdir})\n"
-            f"--- stderr ---\n{stderr[-4000:]}"
-        )
-    took = time.monotonic() - t0
-    assert out.exists(), (
-        f"no summary (exit {proc.returncode})\n--- stdout ---\n{stdout[-3000:]}\n"
-        f"--- stderr ---\n{stderr[-6000:]}"
-    )
-    summary = json.loads(out.read_text())
-    counts, stats = summary["counts"], summary["stats"]
-    print(f"\ntxn_history --workers 3, seed {SEED}: {took:.1f} s")
-    print("counts:", json.dumps(counts))
+    run = run_history(tmp_path, options, TIMEOUT_S, "txn_history --workers 3")
+    counts, stats = run.counts, run.stats
     keys = [
         "kafka_txn_committed",
         "kafka_txn_aborted_on_purpose",
@@ -111,17 +76,11 @@ def test_workers_histories_with_worker_and_parent_kills(tmp_path):
         "live_records_after_parent_restart",
         "survivor_commits_after_parent_restart",
     ]
-    print("exercised:", json.dumps({k: stats.get(k, 0) for k in keys}))
-    print("gateway faults:", json.dumps(stats.get("gateway_faults")))
-
-    where = (
-        f"seed {SEED}, work dir {workdir} (gateway.log, logs/, history.json)\n"
-        f"examples: {json.dumps(summary['examples'], indent=1)[:6000]}\n"
-        f"--- stderr tail ---\n{stderr[-3000:]}"
-    )
+    run.report(f"txn_history --workers 3, seed {SEED}", keys)
+    where = run.where(SEED, "gateway.log, logs/, history.json")
     assert "wp_not_increasing" in counts
     assert all(v == 0 for v in counts.values()), f"violations {counts}; {where}"
-    assert not summary["problems"], f"{summary['problems']}; {where}"
+    assert not run.summary["problems"], f"{run.summary['problems']}; {where}"
     # each fault happened: the parent started the killed workers again, and the checker
     # the killed parent, both times settling on three brokers and one controller
     assert stats["controller_kills"] >= 1 and stats["other_worker_kills"] >= 1, stats
