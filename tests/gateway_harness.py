@@ -27,6 +27,7 @@ from tmsgate.gateway.cluster import ClusterConfig
 from tmsgate.gateway.kafka import GatewayConfig, KafkaServer
 from tmsgate.gateway.services import ServeConfig, Services, serve
 from tmsgate.protocol import response_class
+from tmsgate.storage.backend import register_engine
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -142,19 +143,26 @@ class GatewayThread:
 
 
 class FailingWrite:
-    """A store's backend, except that the next write (once ``armed``) holding a row of
-    ``table`` (a key prefix: b"M" MessageTable, b"P" PayloadTable) fails as a disk error
-    at the fsync would, after ``delay_s`` (an fsync in progress). ``install`` puts it under
-    a store's writer, so the failure hits the real write path."""
+    """The LevelDB engine, except that the next write (once ``armed``) holding a row of
+    ``table`` (a key prefix: b"M" MessageTable, b"P" PayloadTable, b"S" state rows) fails
+    as a disk error at the fsync would, after ``delay_s`` (an fsync in progress).
 
-    def __init__(self, backend: Any, table: bytes, delay_s: float = 0.0) -> None:
-        self.backend, self.table, self.delay_s = backend, table, delay_s
+    An engine by URL like any other, ``failing-leveldb:///path`` (registered below), so the
+    store and its writer hold it from the start and the failure hits the real write path;
+    ``FailingWrite.at(path)`` is the one opened at ``path``."""
+
+    _opened: dict[str, FailingWrite] = {}
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.table = b""
+        self.delay_s = 0.0
         self.armed = False
 
     @classmethod
-    def install(cls, store: Any, table: bytes, delay_s: float = 0.0) -> FailingWrite:
-        disk = cls(store._backend, table, delay_s)
-        store._backend = store._writer._backend = disk
+    def at(cls, path: Any, table: bytes, delay_s: float = 0.0) -> FailingWrite:
+        disk = cls._opened[str(path)]
+        disk.table, disk.delay_s = table, delay_s
         return disk
 
     def write(self, mutations: Any, sync: bool = True) -> None:
@@ -171,12 +179,29 @@ class FailingWrite:
         return getattr(self.backend, name)
 
 
+def open_failing(rest: str, **options: Any) -> FailingWrite:
+    from tmsgate.storage import leveldb
+
+    disk = FailingWrite(leveldb.open_url(rest, **options))
+    FailingWrite._opened[rest] = disk
+    return disk
+
+
+register_engine("failing-leveldb", __name__, "open_failing")
+
+
 @contextmanager
 def gateway_thread(
-    tmp_path: Path, http: bool = False, clock: Callable[[], int] | None = None, **config: Any
+    tmp_path: Path,
+    http: bool = False,
+    clock: Callable[[], int] | None = None,
+    engine: str = "leveldb",
+    **config: Any,
 ) -> Iterator[GatewayThread]:
+    """A gateway on a LevelDB store in ``tmp_path / "store"`` (``engine``: the URL's scheme,
+    e.g. ``failing-leveldb``)."""
     gw = GatewayThread(
-        f"leveldb://{tmp_path / 'store'}", GatewayConfig(**config), http=http, clock=clock
+        f"{engine}://{tmp_path / 'store'}", GatewayConfig(**config), http=http, clock=clock
     )
     gw.start()
     try:

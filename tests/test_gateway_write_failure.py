@@ -25,9 +25,9 @@ async def send(broker: Broker, raw: bytes, cid: int) -> tuple[int, int]:
 
 def test_a_failed_write_is_not_skipped_by_the_next_batch(tmp_path: Path) -> None:
     async def main() -> None:
-        store = open_store(f"leveldb://{tmp_path}")
+        store = open_store(f"failing-leveldb://{tmp_path}")
         # The first message write after arming waits (an fsync in progress), then fails.
-        disk = FailingWrite.install(store, b"M", delay_s=0.2)
+        disk = FailingWrite.at(tmp_path, b"M", delay_s=0.2)
         broker = Broker(store, GatewayConfig())
         broker.attach(asyncio.get_running_loop())
         try:

@@ -453,9 +453,8 @@ def failing_payload_writes(tmp_path: Any, prefix: str) -> Iterator[tuple[Any, ..
     """A gateway whose next PayloadTable write fails once armed (a disk error at the
     fsync), a client, a topic and a transactional producer with its first 2 records
     written. -> (gateway, disk, client, topic, producer)."""
-    with gateway_thread(tmp_path) as failing:
-        store = failing.services.store
-        disk = FailingWrite.install(store, b"P")
+    with gateway_thread(tmp_path, engine="failing-leveldb") as failing:
+        disk = FailingWrite.at(tmp_path / "store", b"P")
         client = RawClient(failing.address)
         topic = unique(prefix)
         create(client, topic)
@@ -516,12 +515,12 @@ def test_a_transaction_is_durable_before_add_partitions_is_answered(tmp_path: An
     restart could lose both, and the producer's EndTxn would then read as a retry of its
     previous commit (answered as committed, its records gone). A failed write is
     COORDINATOR_NOT_AVAILABLE, which clients retry."""
-    with gateway_thread(tmp_path) as gw:
+    with gateway_thread(tmp_path, engine="failing-leveldb") as gw:
         client = RawClient(gw.address)
         topic = unique("durable-begin")
         create(client, topic)
         p = Producer(client, unique("durable-begin-id"))
-        disk = FailingWrite.install(gw.services.store, b"S")  # the next write of a state row
+        disk = FailingWrite.at(tmp_path / "store", b"S")  # the next write of a state row
         disk.armed = True
         assert p.add(topic) == {f"{topic}/0": E.COORDINATOR_NOT_AVAILABLE}
         assert describe(client, p.tid)[0].transaction_state == "CompleteAbort"
