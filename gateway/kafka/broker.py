@@ -116,9 +116,9 @@ class Broker:
         self._paced_loops = 0
         self.metrics = metrics or Metrics()
         self.routes = routes or default_routes()
-        self.topics = TopicRegistry(self)
-        self.producers = ProducerStates(self)
         self.batch_cache = BatchCache(config.fetch_cache_bytes)
+        self.topics = TopicRegistry(store, config, self.batch_cache, self.run)
+        self.producers = ProducerStates(store, self.run, cluster)
         self.readahead = ReadAhead(store, self.batch_cache, self.metrics)
         self.users = Users(store)  # SASL credentials (blocking: call through run())
         self.authorizer = authorizer or Authorizer(

@@ -28,7 +28,10 @@ from tmsgate.protocol import ErrorCode, ProducedBatch
 from tmsgate.storage import PublishResult, StateConflict, TopicId
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from tmsgate.storage import Store
+
+    from ..cluster import Cluster
+    from .store_futures import Blocking
     from .topics import TopicInfo
 
 STATE_AREA = "kafka.producer"
@@ -153,8 +156,10 @@ def check(entry: ProducerEntry, batch: ProducedBatch) -> Verdict:
 
 
 class ProducerStates:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, store: Store, run: Blocking, cluster: Cluster | None) -> None:
+        """``run``: the broker's (store calls on its executor); ``cluster``: where producer
+        ids come from when several gateways share the store (None: this store)."""
+        self._store, self._run, self._cluster = store, run, cluster
         self._entries: OrderedDict[str, ProducerEntry] = OrderedDict()
         self._persisted: dict[str, ProducerEntry] = {}  # writer thread only
         self._failures_seen = 0  # writer thread only
@@ -172,16 +177,16 @@ class ProducerStates:
         """A producer id never handed out before, also across restarts (blocks of 1000
         are reserved durably, so a restart skips at most the rest of a block)."""
         async with self._ids_lock:
-            cluster = self._broker.cluster
+            cluster = self._cluster
             if self._next_id >= self._id_limit and cluster is not None:
-                block = await self._broker.run(cluster.producer_id_block)
+                block = await self._run(cluster.producer_id_block)
                 start = CLUSTER_ID_BASE + (block - 1) * ID_BLOCK
                 self._next_id, self._id_limit = start, start + ID_BLOCK
             elif self._next_id >= self._id_limit:
-                store = self._broker.store
-                raw = await self._broker.run(store.get_state, ID_AREA, ID_KEY)
+                store = self._store
+                raw = await self._run(store.get_state, ID_AREA, ID_KEY)
                 start = _ID.unpack(raw)[0] if raw else 0
-                await self._broker.run(store.put_state, ID_AREA, ID_KEY, _ID.pack(start + ID_BLOCK))
+                await self._run(store.put_state, ID_AREA, ID_KEY, _ID.pack(start + ID_BLOCK))
                 self._next_id, self._id_limit = start, start + ID_BLOCK
             pid = self._next_id
             self._next_id += 1
@@ -189,13 +194,13 @@ class ProducerStates:
 
     async def entry(self, key: str, topic: TopicId) -> ProducerEntry:
         """``key``'s state (``key(info, ...)``; ``topic``: ``info.id``)."""
-        store = self._broker.store
+        store = self._store
         lead = store.lead_epoch(topic)
         entry = self._entries.get(key)
         if entry is not None and entry.lead_epoch == lead:
             self._entries.move_to_end(key)
             return entry
-        raw = await self._broker.run(store.get_state, STATE_AREA, key)
+        raw = await self._run(store.get_state, STATE_AREA, key)
         # Another request may have loaded it while we waited: keep the first copy.
         current = self._entries.get(key)
         if current is not None and current.lead_epoch == store.lead_epoch(topic):
@@ -222,7 +227,7 @@ class ProducerStates:
         )
         entry.batches.append(rec)
         epoch, first, last = entry.epoch, rec.first_seq, rec.last_seq
-        store = self._broker.store
+        store = self._store
 
         def persist(result: PublishResult) -> dict[tuple[str, str], bytes | None]:
             # On the writer thread, in write order. The check on the event loop passed

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# A blocking store call run on the I/O executor and awaited from the loop (Broker.run):
+# ``await run(store.get_topic, topic)``.
+Blocking = Callable[..., Awaitable[Any]]
 
 
 def on_loop(fut: Future[T]) -> asyncio.Future[T]:

@@ -30,7 +30,11 @@ from .config import InvalidTopicName, TopicConfig, topic_config
 from .errors import error_of
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from tmsgate.storage import Store
+
+    from .batch_cache import BatchCache
+    from .config import GatewayConfig
+    from .store_futures import Blocking
 
 log = logging.getLogger("tmsgate.kafka.topics")
 CACHE_SECONDS = 5.0
@@ -78,8 +82,12 @@ class TopicInfo:
 
 
 class TopicRegistry:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(
+        self, store: Store, config: GatewayConfig, batch_cache: BatchCache, run: Blocking
+    ) -> None:
+        """``batch_cache``: dropped for a topic deleted or rewritten; ``run``: the broker's
+        (store calls on its executor)."""
+        self._store, self._config, self._batch_cache, self._run = store, config, batch_cache, run
         self._cache: dict[str, tuple[TopicInfo, float]] = {}  # partition 0 of each topic
         self._parts: dict[str, dict[int, TopicInfo]] = {}  # partitions > 0, same lifetime
         # One structural change (create, grow, delete) per topic at a time: two creations
@@ -96,29 +104,29 @@ class TopicRegistry:
         """Follow topic changes made through any API (HTTP, tools) as they become durable,
         so Kafka clients see a deleted or reconfigured topic at once."""
         self._loop = loop
-        self._broker.store.add_topic_listener(self._changed)
-        self._broker.store.add_rewrite_listener(self._rewritten)
+        self._store.add_topic_listener(self._changed)
+        self._store.add_rewrite_listener(self._rewritten)
 
     def detach(self) -> None:
-        self._broker.store.remove_topic_listener(self._changed)
-        self._broker.store.remove_rewrite_listener(self._rewritten)
+        self._store.remove_topic_listener(self._changed)
+        self._store.remove_rewrite_listener(self._rewritten)
 
     def _rewritten(self, md: TopicMetadata) -> None:
         # The cleaner removed messages (storage/compaction.py): batches cached before
         # still hold them. On the janitor's thread: the cache belongs to the loop.
         if self._loop is not None:
             uuid_ = md.topic_uuid
-            self._loop.call_soon_threadsafe(self._broker.batch_cache.drop_topic, uuid_)
+            self._loop.call_soon_threadsafe(self._batch_cache.drop_topic, uuid_)
 
     def _changed(self, md: TopicMetadata) -> None:
         # On the store's writer thread: the cache belongs to the event loop.
-        if md.topic.namespace == self._broker.config.namespace and self._loop is not None:
+        if md.topic.namespace == self._config.namespace and self._loop is not None:
             self._loop.call_soon_threadsafe(self._apply_change, md)
 
     def _apply_change(self, md: TopicMetadata) -> None:
         self.invalidate(md.topic.kafka_name)
         if md.generation < 0:  # deleted: its cached batches can never be served again
-            self._broker.batch_cache.drop_topic(md.topic_uuid)
+            self._batch_cache.drop_topic(md.topic_uuid)
 
     def topic_id(self, name: str, partition: int = 0) -> TopicId:
         """The TMS topic of a Kafka topic's partition. Raises InvalidTopicName."""
@@ -127,12 +135,12 @@ class TopicRegistry:
                 f"invalid topic name {name!r}: use 1-249 characters of [A-Za-z0-9._-]"
             )
         try:
-            return TopicId.of_partition(self._broker.config.namespace, name, partition)
+            return TopicId.of_partition(self._config.namespace, name, partition)
         except ValueError as exc:
             raise InvalidTopicName(str(exc)) from None
 
     def _info(self, md: TopicMetadata) -> TopicInfo:
-        c = self._broker.config
+        c = self._config
         cfg = topic_config(md.properties, c.default_max_message_bytes, c.topic_defaults)
         info = TopicInfo(
             md.topic.topic, md.topic, md, cfg, 0, partition_count(md.properties), md.topic_uuid
@@ -164,10 +172,10 @@ class TopicRegistry:
         # An expired entry is refreshed from what the store holds in memory, on the loop:
         # through the executor the refresh cost ~35 us of CPU and held up the
         # connection's later requests (at 10,000 topics, half of all produces).
-        md = self._broker.store.peek_topic(tid)
+        md = self._store.peek_topic(tid)
         if md is None:
             try:
-                md = await self._broker.run(self._broker.store.get_topic, tid)
+                md = await self._run(self._store.get_topic, tid)
             except TopicNotFound:
                 self.invalidate(name)
                 return None
@@ -191,10 +199,10 @@ class TopicRegistry:
             if info is not None and info.topic_uuid == topic.topic_uuid:
                 return info
         tid = self.topic_id(topic.name, index)
-        md = self._broker.store.peek_topic(tid)
+        md = self._store.peek_topic(tid)
         if md is None:
             try:
-                md = await self._broker.run(self._broker.store.get_topic, tid)
+                md = await self._run(self._store.get_topic, tid)
             except TopicNotFound:  # a crash cut its creation short: repair() finishes it
                 return None
         if md.generation <= 0:
@@ -219,10 +227,10 @@ class TopicRegistry:
     async def ensure(self, name: str, auto_create: bool) -> TopicInfo | None:
         """The topic, created with default configs if missing and ``auto_create``."""
         info = await self.get(name)
-        if info is not None or not auto_create or not self._broker.config.auto_create_topics:
+        if info is not None or not auto_create or not self._config.auto_create_topics:
             return info
         try:
-            return await self.create(name, {}, self._broker.config.default_partitions)
+            return await self.create(name, {}, self._config.default_partitions)
         except TopicAlreadyExists:  # another connection created it first
             return await self.get(name)
 
@@ -242,8 +250,8 @@ class TopicRegistry:
 
     async def _create(self, name: str, properties: dict[str, str], partitions: int) -> TopicInfo:
         tid = self.topic_id(name)
-        store = self._broker.store
-        md = await self._broker.run(
+        store = self._store
+        md = await self._run(
             partitions_.create, store, tid, properties, partitions, self.between_steps
         )
         log.info("created topic %s (generation %d, %d partitions)", tid, md.generation, partitions)
@@ -253,8 +261,8 @@ class TopicRegistry:
         """Grow ``name`` to ``total`` partitions (CreatePartitions)."""
         async with self._change(name):
             tid = self.topic_id(name)
-            md, before = await self._broker.run(
-                partitions_.grow, self._broker.store, tid, total, self.between_steps
+            md, before = await self._run(
+                partitions_.grow, self._store, tid, total, self.between_steps
             )
             log.info("topic %s grew from %d to %d partitions", tid, before, total)
             return self._info(md)
@@ -265,9 +273,7 @@ class TopicRegistry:
         """New configs for every partition of the topic."""
         tid = self.topic_id(name)
         return self._info(
-            await self._broker.run(
-                partitions_.update, self._broker.store, tid, properties, self.between_steps
-            )
+            await self._run(partitions_.update, self._store, tid, properties, self.between_steps)
         )
 
     async def delete(self, name: str) -> None:
@@ -275,35 +281,33 @@ class TopicRegistry:
             tid = self.topic_id(name)
             self.invalidate(name)
             try:
-                gone = await self._broker.run(
-                    partitions_.delete, self._broker.store, tid, self.between_steps
-                )
+                gone = await self._run(partitions_.delete, self._store, tid, self.between_steps)
             finally:
                 self.invalidate(name)
             for md in gone:  # their cached batches can never be served again: free them now
-                self._broker.batch_cache.drop_topic(md.topic_uuid)
+                self._batch_cache.drop_topic(md.topic_uuid)
             log.info("deleted topic %s (%d partitions)", tid, len(gone))
 
     async def repair(self) -> partitions_.Repair:
         """At start, before clients connect: finish partition changes a crash cut short."""
-        ns = self._broker.config.namespace
-        done = await self._broker.run(partitions_.repair, self._broker.store, ns)
+        ns = self._config.namespace
+        done = await self._run(partitions_.repair, self._store, ns)
         for md in done.deleted:
-            self._broker.batch_cache.drop_topic(md.topic_uuid)
+            self._batch_cache.drop_topic(md.topic_uuid)
         return done
 
     async def list(self) -> list[TopicInfo]:
         """Every Kafka topic of the namespace (their partitions 0), in one executor job.
         A cached entry whose metadata is still the store's is reused: building each
         TopicInfo again was a third of a Metadata request for all of 10,000 topics."""
-        store = self._broker.store
-        ns = self._broker.config.namespace
+        store = self._store
+        ns = self._config.namespace
 
         def load() -> list[TopicMetadata]:
             return [md for md in store.live_topics(ns) if not md.topic.partition]
 
         out = []
-        for md in await self._broker.run(load):
+        for md in await self._run(load):
             hit = self._cache.get(md.topic.topic)
             out.append(hit[0] if hit is not None and hit[0].metadata is md else self._info(md))
         return out
