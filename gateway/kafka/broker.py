@@ -86,6 +86,10 @@ class _HeavyWork:
 _heavy_work = _HeavyWork()
 
 
+# Broker.paced: ``async for item in paced(items)`` gives the loop back now and then.
+Paced = Callable[[Iterable[T]], AsyncIterator[T]]
+
+
 class Broker:
     def __init__(
         self,

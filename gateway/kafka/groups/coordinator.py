@@ -106,11 +106,14 @@ class GroupCoordinator:
         self.broker = broker
         self.config = config
         cluster = broker.cluster
-        self.writer = StateWriter(broker, None if cluster is None else SlotFence(cluster))
+        fence = None if cluster is None else SlotFence(cluster)
+        self.writer = StateWriter(broker.store, broker.run, fence)
         # With several gateways: the slots this one coordinates (None: every group)
         self.slots = None if cluster is None else SlotGroups(self, cluster)
-        self.rebalancer = Rebalancer(broker, config, self.writer)
-        self.offsets = Offsets(broker, self.writer, config.offset_metadata_max_bytes)
+        self.rebalancer = Rebalancer(config, self.writer)
+        self.offsets = Offsets(
+            broker.paced, broker.topics, self.writer, config.offset_metadata_max_bytes
+        )
         self._loading: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
         # group id -> (the lock ordering its commits, commits holding or awaiting it)

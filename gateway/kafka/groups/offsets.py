@@ -29,7 +29,8 @@ from .model import now_ms
 from .writer import StateUpdates, StateWriter
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..broker import Paced
+    from ..topics import TopicRegistry
 
 log = logging.getLogger("tmsgate.kafka.groups")
 TopicPartition = tuple[str, int]
@@ -67,8 +68,11 @@ class PreparedCommit:
 
 
 class Offsets:
-    def __init__(self, broker: Broker, writer: StateWriter, metadata_max_bytes: int) -> None:
-        self._broker = broker
+    def __init__(
+        self, paced: Paced, topics: TopicRegistry, writer: StateWriter, metadata_max_bytes: int
+    ) -> None:
+        """``paced``: the broker's (loops over what a client sent give the loop back)."""
+        self._paced, self._topics = paced, topics
         self._writer = writer
         self.metadata_max_bytes = metadata_max_bytes
         self._view: dict[str, dict[TopicPartition, CommittedOffset]] = {}
@@ -105,11 +109,11 @@ class Offsets:
     async def topics(self, names: Iterable[str]) -> dict[str, TopicInfo | None]:
         """The current generation of each topic; None for unknown or invalid names."""
         out: dict[str, TopicInfo | None] = {}
-        async for name in self._broker.paced(names):
+        async for name in self._paced(names):
             if name in out:
                 continue
             try:
-                out[name] = await self._broker.topics.get(name)
+                out[name] = await self._topics.get(name)
             except InvalidTopicName:
                 out[name] = None
         return out
@@ -120,7 +124,7 @@ class Offsets:
         """Per-partition errors Kafka finds before asking the group: unknown topics or
         partitions and oversized metadata."""
         errors: dict[TopicPartition, ErrorCode] = {}
-        async for item in self._broker.paced(items):
+        async for item in self._paced(items):
             tp = (item.topic, item.partition)
             info = topics.get(item.topic)
             if info is None or not 0 <= item.partition < info.partitions:
@@ -142,7 +146,7 @@ class Offsets:
         # what becomes durable is then at most one row per existing topic.
         rows: dict[TopicPartition, CommittedOffset] = {}
         updates: StateUpdates = {}
-        async for item in self._broker.paced(items):
+        async for item in self._paced(items):
             info = topics[item.topic]
             assert info is not None
             c = CommittedOffset(
@@ -204,7 +208,7 @@ class Offsets:
     ) -> dict[TopicPartition, CommittedOffset]:
         """The group's offsets whose topic generation still exists; stale ones are
         deleted in the background."""
-        paced = self._broker.paced
+        paced = self._paced
         committed = self.committed(group_id)  # a copy: it may change while this is paced
         if only_topics is not None:
             wanted = only_topics if isinstance(only_topics, set) else set(only_topics)

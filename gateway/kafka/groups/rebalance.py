@@ -27,7 +27,7 @@ import logging
 import time
 import uuid
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tmsgate.protocol import ErrorCode
 
@@ -55,9 +55,6 @@ from .state import (
 )
 from .writer import StateWriter
 
-if TYPE_CHECKING:
-    from ..broker import Broker
-
 log = logging.getLogger("tmsgate.kafka.groups")
 E = ErrorCode
 
@@ -65,8 +62,7 @@ E = ErrorCode
 class Rebalancer:
     """Membership and rebalances of every group of one gateway."""
 
-    def __init__(self, broker: Broker, config: GroupConfig, writer: StateWriter) -> None:
-        self.broker = broker
+    def __init__(self, config: GroupConfig, writer: StateWriter) -> None:
         self.config = config
         self.writer = writer
         self.groups: dict[str, Group] = {}

@@ -32,7 +32,9 @@ from tmsgate.protocol import ErrorCode
 from .errors import GroupError
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from tmsgate.storage import Store
+
+    from ..store_futures import Blocking
 
 log = logging.getLogger("tmsgate.kafka.groups")
 
@@ -50,8 +52,9 @@ class _Write:
 
 
 class StateWriter:
-    def __init__(self, broker: Broker, fence: Fence | None = None) -> None:
-        self._broker = broker
+    def __init__(self, store: Store, run: Blocking, fence: Fence | None = None) -> None:
+        """``run``: the broker's (the writes go through its executor)."""
+        self._store, self._run = store, run
         self.fence = fence
         self._queue: list[_Write] = []
         self._task: asyncio.Task[None] | None = None
@@ -91,9 +94,9 @@ class StateWriter:
             try:
                 if merged:
                     if fence is None:
-                        await self._broker.run(self._broker.store.put_states, merged)
+                        await self._run(self._store.put_states, merged)
                     else:
-                        await self._broker.run(_put_fenced, self._broker, fence, merged)
+                        await self._run(_put_fenced, self._store, fence, merged)
             except Exception as exc:
                 level = logging.INFO if isinstance(exc, GroupError) else logging.ERROR
                 log.log(level, "writing %d group state rows failed: %s", len(merged), exc)
@@ -114,9 +117,9 @@ class StateWriter:
                     w.future.set_result(None)
 
 
-def _put_fenced(broker: Broker, fence: Fence, updates: StateUpdates) -> None:
+def _put_fenced(store: Store, fence: Fence, updates: StateUpdates) -> None:
     """On the I/O thread: the last check, then the write."""
     refused = fence(updates)
     if refused is not None:
         raise GroupError(ErrorCode.NOT_COORDINATOR, refused)
-    broker.store.put_states(updates)
+    store.put_states(updates)
