@@ -150,6 +150,7 @@ from . import keys
 from .backend import Mutation
 from .errors import BackendError
 from .offset_hints import HeadRow, OffsetHints, holds
+from .offset_search import SearchIO, search_buckets
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,6 @@ LAYOUT = b"1"
 CLOCK_RESERVE_MS = 10_000
 
 SCAN_FIRST_ROWS = 4  # a probe for the first row of a range fetches little
-PROBE_ROWS = 8  # rows an offset search probe reads (d:o cells only): one may end the search
 SCAN_GROWTH = 8
 SCAN_MAX_ROWS = 256  # rows per scanner (a Thrift 1 scan cannot bound bytes)
 WRITE_MAX_ROWS = 1000  # rows per mutateRowsTs call
@@ -791,114 +791,31 @@ class HBaseBackend:
         lo: HeadRow | None,
         hi: HeadRow | None,
     ) -> HeadRow | None:
-        """seek_offset between verified rows ``lo`` (base <= offset; None: from the topic's
-        first key) and ``hi`` (base > offset; None: past the topic's last row)."""
-        plen = len(prefix)
-        lo_key = prefix if lo is None else lo.key
-        hi_key = keys.prefix_end(prefix) if hi is None else hi.key
+        """seek_offset between verified rows ``lo`` and ``hi`` (offset_search.py), each
+        probe one scanner on one bucket (``d:o`` cells only); the rows found noted as
+        hints."""
         buckets = self.salt_buckets
         bucket = zlib.crc32(prefix) % buckets  # the searched bucket; spreads topics
-        # Rows holding at most this many offsets between two known rows (so at most this
-        # many rows) are read by one merged scan rather than searched for.
-        near = 2 * buckets
 
         def probe(start: bytes, stop: bytes, reverse: bool, n: int) -> tuple[list[HeadRow], bool]:
-            """The bucket's first (last) ``n`` rows in [start, stop), in key order, and
-            whether that is all of them: one scanner, ``d:o`` cells only."""
             row_lo, row_hi = _bucket_range(keys.MESSAGE, bucket, start, stop)
             rows, done = self._fetch(table, row_lo, row_hi, reverse, n, [_HEAD])
             heads = [_head_row(r) for r in rows]
             return (heads[::-1] if reverse else heads), done
 
-        # ``low`` starts at or below the offset, ``upper`` above it (None: not known; a
-        # merged scan then runs from the range's start or to its end). ``gapless``: the
-        # bucket has no row between them, so the merged scan skips the bucket.
-        low, upper, gapless = lo, hi, False
-        if low is None or upper is None:
-            # Without a hint, the bucket's first or last row in the range is an end of
-            # the search, as the topic's are in reader.py.
-            ends = [r for r, known in ((False, low), (True, upper)) if known is None]
-            if len(ends) == 2 and buckets > 1:
+        def ends(start: bytes, stop: bytes, which: list[bool]) -> dict[bool, list[HeadRow]]:
+            if len(which) == 2 and buckets > 1:
                 executor = self._pool_executor()
-                futures = [executor.submit(probe, lo_key, hi_key, r, 1) for r in ends]
-                fetched = dict(zip(ends, (f.result()[0] for f in futures), strict=True))
-            else:
-                fetched = {r: probe(lo_key, hi_key, r, 1)[0] for r in ends}
-            first, last = fetched.get(False), fetched.get(True)
-            if first == [] or last == []:
-                gapless = True  # no row of the bucket in the range
-            elif first and first[0].base > offset:
-                upper, gapless = first[0], True  # none of the bucket before it
-            elif last and last[0].base <= offset:
-                low, gapless = last[0], True  # none of the bucket after it
-            else:
-                low, upper = low or first[0], upper or last[0]  # type: ignore[index]
-        if not gapless and low is not None and upper is not None:
-            # reader.start_for_offset's loop, over the bucket's rows. Invariant: the
-            # bucket has no row in [hi_i, upper) (keys as integers). It ends when the
-            # bucket has no row between ``low`` and ``upper`` (hi_i == lo_i + 1, or the
-            # probes show it), or when few offsets (so few rows) lie between them.
-            lo_i, lo_base = keys.message_key_int(low.key, plen), low.base
-            hi_i, hi_base = keys.message_key_int(upper.key, plen), upper.base
-            n = 0
-            while not gapless and hi_i - lo_i > 1 and upper.base - low.base > near:
-                if n % 2 == 0 and hi_base > lo_base:
-                    guess = lo_i + (offset - lo_base) * (hi_i - lo_i) // (hi_base - lo_base)
-                else:
-                    guess = (lo_i + hi_i) // 2
-                guess = min(max(guess, lo_i + 1), hi_i - 1)
-                n += 1
-                key = prefix + keys.message_key_suffix(guess)
-                rows, done = probe(key, prefix + keys.message_key_suffix(hi_i), False, PROBE_ROWS)
-                if not rows:
-                    # None in [guess, hi): the bucket's last rows below the guess instead
-                    # (key gaps, a pause or the seq numbers a millisecond left unused,
-                    # would take a halving each).
-                    hi_i = guess
-                    rows, done = probe(
-                        prefix + keys.message_key_suffix(lo_i + 1), key, True, PROBE_ROWS
-                    )
-                    if not rows:
-                        gapless = True  # no row of the bucket in (low, hi)
-                    elif rows[-1].base <= offset:
-                        low, gapless = rows[-1], True  # none of the bucket after it
-                    elif rows[0].base <= offset:
-                        i = next(i for i, r in enumerate(rows) if r.base > offset)
-                        low, upper, gapless = rows[i - 1], rows[i], True  # consecutive
-                    else:
-                        upper, hi_i, hi_base = (
-                            rows[0],
-                            keys.message_key_int(rows[0].key, plen),
-                            rows[0].base,
-                        )
-                        gapless = done  # and no more of the bucket down to ``low``
-                    continue
-                below = [r for r in rows if r.base <= offset]  # rows from the guess on
-                if len(below) < len(rows):  # read a row above the offset
-                    if below:  # and the one before it: consecutive rows of the bucket
-                        low, upper, gapless = below[-1], rows[len(below)], True
-                    else:
-                        upper, hi_i, hi_base = rows[0], guess, rows[0].base
-                else:
-                    low, lo_i, lo_base = (
-                        below[-1],
-                        keys.message_key_int(below[-1].key, plen),
-                        below[-1].base,
-                    )
-                    gapless = done  # and no more of the bucket up to hi_i
-            gapless = gapless or hi_i - lo_i <= 1
-        # The target is ``low`` or a row of the merged scan between ``low`` and ``upper``
-        # (none if ``low`` holds the offset: every later row starts above it).
-        best, above = low, upper
-        scanned = [b for b in range(buckets) if b != bucket or not gapless]
-        if scanned and (best is None or best.base + best.count <= offset):
-            span = (lo_key if low is None else low.key, hi_key if upper is None else upper.key)
-            for result in self._merged(table, keys.MESSAGE, scanned, *span, False, [_HEAD]):
-                row = _head_row(result)
-                if row.base > offset:
-                    above = row
-                    break
-                best = row
+                futures = [executor.submit(probe, start, stop, r, 1) for r in which]
+                return dict(zip(which, (f.result()[0] for f in futures), strict=True))
+            return {r: probe(start, stop, r, 1)[0] for r in which}
+
+        def merged(scanned: list[int], start: bytes, stop: bytes) -> Iterator[HeadRow]:
+            for result in self._merged(table, keys.MESSAGE, scanned, start, stop, False, [_HEAD]):
+                yield _head_row(result)
+
+        io = SearchIO(probe, ends, merged)
+        best, above = search_buckets(prefix, offset, lo, hi, buckets, bucket, io)
         # Hints: the row found (the offset may be named again, or another offset of the
         # row), the row after it, and the hints used (kept longer); not every row probed.
         self._hints.note(prefix, [r for r in (lo, hi, best, above) if r is not None])
