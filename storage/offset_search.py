@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from . import keys
 from .offset_hints import HeadRow
+from .reader import next_guess
 
 PROBE_ROWS = 8  # rows an offset search probe reads (d:o cells only): one may end the search
 
@@ -87,11 +88,7 @@ def search_buckets(
         hi_i, hi_base = keys.message_key_int(upper.key, plen), upper.base
         n = 0
         while not gapless and hi_i - lo_i > 1 and upper.base - low.base > near:
-            if n % 2 == 0 and hi_base > lo_base:
-                guess = lo_i + (offset - lo_base) * (hi_i - lo_i) // (hi_base - lo_base)
-            else:
-                guess = (lo_i + hi_i) // 2
-            guess = min(max(guess, lo_i + 1), hi_i - 1)
+            guess = next_guess(n, offset, lo_i, lo_base, hi_i, hi_base)
             n += 1
             key = prefix + keys.message_key_suffix(guess)
             rows, done = io.probe(key, prefix + keys.message_key_suffix(hi_i), False, PROBE_ROWS)

@@ -73,6 +73,19 @@ def log_start_key(st: TopicState, now_ms: int) -> bytes:
     return st.msg_prefix + _MESSAGE_ID.pack(log_start_ms(ttl, now_ms), 0)
 
 
+def next_guess(probe: int, offset: int, lo: int, lo_base: int, hi: int, hi_base: int) -> int:
+    """The row key (as an integer) to probe next when searching for ``offset`` between rows
+    ``lo`` (base offset ``lo_base``, at or below the offset) and ``hi`` (``hi_base``, above
+    it): interpolated on even probes, halfway on odd ones (interpolation alone crawls over
+    unevenly paced data; the halvings bound a search to ~2 x 80 probes), always strictly
+    between the two."""
+    if probe % 2 == 0 and hi_base > lo_base:
+        guess = lo + (offset - lo_base) * (hi - lo) // (hi_base - lo_base)
+    else:
+        guess = (lo + hi) // 2
+    return min(max(guess, lo + 1), hi - 1)
+
+
 def start_for_offset(backend: Backend, st: TopicState, offset: int) -> ScanStart:
     """Find the row holding ``offset`` by searching the row keys themselves.
 
@@ -122,11 +135,7 @@ def find_offset_row(backend: Backend, prefix: bytes, offset: int) -> bytes | Non
     hi, hi_base = keys.message_key_int(last[0], plen), last[1]
     probe = 0
     while hi - lo > 1:
-        if probe % 2 == 0 and hi_base > lo_base:
-            guess = lo + (offset - lo_base) * (hi - lo) // (hi_base - lo_base)
-        else:
-            guess = (lo + hi) // 2
-        guess = min(max(guess, lo + 1), hi - 1)
+        guess = next_guess(probe, offset, lo, lo_base, hi, hi_base)
         probe += 1
         found = _row_at(backend, prefix + keys.message_key_suffix(guess), end)
         if found is None or keys.message_key_int(found[0], plen) >= hi:
