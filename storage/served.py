@@ -388,7 +388,7 @@ class ServedBackend:
 
     atomic_batches = True
     space = None  # the owner guards the disk; its DiskFull comes back through each call
-    scan_stored = None  # what the owner's scan_stored answers is this engine's own business
+    scan_stored = None  # its scan asks the owner for stored values and reads the value log itself
 
     def __init__(self, socket_path: str) -> None:
         self._socket_path = socket_path
