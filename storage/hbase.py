@@ -94,8 +94,8 @@ server-side scanner is held while the caller holds the iterator. Chunks start sm
 (a probe for one row costs little) and grow. The first chunk of every bucket is fetched
 in parallel.
 
-Finding a Kafka offset (``seek_offset``; reader.start_for_offset uses it when a backend
-has it): reader.py's search probes "the first row at or after a key" some 15 to 40 times,
+Finding a Kafka offset (``seek_offset``; reader.start_for_offset uses it where a backend
+states one): reader.py's search probes "the first row at or after a key" some 15 to 40 times,
 and here each such probe would be a scan of every bucket (3 Thrift calls per bucket). A
 bucket's rows are a sample of the topic's, in key order, so the engine runs that search
 over one bucket's rows (one scanner per probe, reading a few rows' ``d:o`` cells only),
@@ -744,20 +744,14 @@ class HBaseBackend:
         """The MessageTable row of ``prefix`` (a topic generation's message keys) holding
         ``offset``: the last row whose base offset is at most ``offset`` (its key, and its
         value as read now, None if it went meanwhile), or None if no row starts at or
-        below it. reader.start_for_offset's search, without a salted scan per probe.
+        below it. reader.start_for_offset's search, without a salted scan per probe: one
+        salt bucket's rows are searched, then the buckets merged over the last gap
+        (storage/offset_search.py).
 
-        Base offsets grow with row keys (the store appends), so the rows of one salt
-        bucket, a sample of the topic's, are searched as reader.start_for_offset searches
-        all rows (interpolation, every other probe halving), each probe one scanner on
-        one bucket reading PROBE_ROWS rows' ``d:o`` cells. That leaves the target between
-        two consecutive rows of the bucket (or two rows a few offsets apart); one merged
-        scan of the buckets over that range (about ``salt_buckets`` rows, ``d:o`` only)
-        finds it.
-
-        The rows found are remembered (storage/offset_hints.py) as hints, never as facts: rows go
-        (TTL, topic deletion, a partial write settled and its offsets given to later
-        rows), so a hint is used only once a read shows its row there with the same base
-        and count. A hint row holding the offset is the answer (one get); others bound
+        The rows found are remembered (storage/offset_hints.py) as hints, never as facts:
+        rows go (TTL, topic deletion, a partial write settled and its offsets given to
+        later rows), so a hint is used only once a read shows its row there with the same
+        base and count. A hint row holding the offset is the answer (one get); others bound
         the search (one getRowsWithColumns of their ``d:o`` cells)."""
         if self._closed:
             raise BackendError(f"{self.url}: seek_offset refused: the backend is closed")

@@ -153,19 +153,13 @@ class LevelDBBackend:
         """Under the write lock, which every write and value-log move takes, so nothing
         comes between the compare and the write. Compares values as ``get`` returns them
         (not a large value's value-log pointer); writes as ``write`` does, synced."""
-        with self._write_lock:
-            self.space.before_write()
-            if self._wedged is not None:
-                self._unwedge()
-            if self.get(key) != expected:
-                return False
-            self._write_locked([(key, value)], True, SMALL_WRITE_VALUE_LOG_MIN_BYTES)
-            return True
+        return self.check_and_put_many([(key, expected, value)])[0]
 
     def check_and_put_many(
         self, changes: Sequence[tuple[bytes, bytes | None, bytes | None]]
     ) -> list[bool]:
-        """Every compare under the write lock, the winners written as one synced batch."""
+        """Every compare under the write lock (check_and_put's), the winners written as one
+        synced batch."""
         with self._write_lock:
             self.space.before_write()
             if self._wedged is not None:
