@@ -73,6 +73,7 @@ def test_workers_histories_with_worker_and_parent_kills(tmp_path):
         "wp_check_spans_controller_kills",
         "lso_probe_behind_on_another_gateway",
         "http_421",
+        "http_504_outcome_unknown",
         "live_records_after_parent_restart",
         "survivor_commits_after_parent_restart",
     ]

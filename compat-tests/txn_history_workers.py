@@ -15,7 +15,9 @@ schedule and settling are txn_history_cluster.py's ``ClusterHistory`` with these
   checker starts ``tmsgate serve --workers 3`` again on the same store and ports;
 - the TMS HTTP writers call the one shared HTTP port: the worker that accepts a write for
   a topic another worker leads sends it on (gateway/http/forward.py). A 421 that still
-  reaches a writer is logged (``http_421``) and counted in the stats;
+  reaches a writer is logged (``http_421``) and counted in the stats, as are the writes
+  answered 504 because the worker they were sent on to was killed with them
+  (``http_504_outcome_unknown``: the writer aborts their transaction);
 - before the final reads the parent is killed (-9) once more and started again;
 - the clients that lived through the mid-run kill of the parent (the live consumers, the
   transactional and EOS writers running then) must carry on after its restart: records
@@ -390,13 +392,10 @@ class WorkersHistory(ClusterHistory):
 
     def cluster_stats(self) -> dict:
         faults = self.faults
-        http_421 = sum(
-            1
-            for s in self.slots.values()
-            for logp in s.logs
-            for e in th.read_log(logp)
-            if e["ev"] == "http_421"
-        )
+        events = [e for s in self.slots.values() for logp in s.logs for e in th.read_log(logp)]
+        http_421 = sum(1 for e in events if e["ev"] == "http_421")
+        # a write sent on to a worker killed with it: answered 504, the transaction aborted
+        http_504 = sum(1 for e in events if e["ev"] == "publish_error" and e.get("status") == 504)
         return {
             "workers": self.a.workers,
             "controller_kills": self.kinds_killed["controller"],
@@ -418,6 +417,7 @@ class WorkersHistory(ClusterHistory):
                 if f["role"] in ("parent", "all") and f.get("controller_after") is not None
             ),
             "http_421": http_421,
+            "http_504_outcome_unknown": http_504,
             **self.after_restart,
             "gateway_faults": [
                 {k: v for k, v in f.items() if k not in ("t", "t_up", "survivors")} for f in faults

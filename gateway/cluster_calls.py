@@ -54,13 +54,17 @@ from tmsgate.storage import (
 )
 
 from .cluster import Cluster, Node
-from .errors import ClusterCallRefused, PeerUnavailable, TransactionOwned
+from .errors import AnswerLost, ClusterCallRefused, PeerUnavailable, TransactionOwned
 
 log = logging.getLogger("tmsgate.cluster.calls")
 # aiohttp, not httpx, for the calls: on this project's 2-core VM a call cost ~1.6 ms of the
 # event loop's CPU with httpx and ~0.4 ms with aiohttp (a GET to a gateway, 1,000 in a
 # row), and a commit across workers makes several (docs/benchmarks.md, "Every core").
 _UNAVAILABLE = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+# No connection made, so nothing was sent: safe to answer as if the peer were not there.
+# (A worker's listening socket is the parent's: a connection to a worker being restarted
+# waits in its backlog, is sent, and is answered by the new worker or lost.)
+_NOT_CONNECTED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 PATH = "/internal/v1/cluster/"
 SECRET_HEADER = "x-tmsgate-cluster"
@@ -127,7 +131,8 @@ class ClusterCalls:
         self._made = Counter(
             "tmsgate_cluster_calls",
             "Calls this gateway made to the others of its cluster (gateway/cluster_calls.py), "
-            "by call and outcome: ok, refused (an error answer), unavailable (no answer)",
+            "by call and outcome: ok, refused (an error answer), unavailable (no answer), "
+            "answer_lost (a relayed write sent, its answer lost)",
             ["call", "outcome"],
             registry=registry,
         )
@@ -216,8 +221,9 @@ class ClusterCalls:
         self, node: Node, method: str, path: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         """An HTTP API request sent on as it came (``serve --workers``: a write reaching a
-        worker that does not lead its topic) -> the answer's status, headers and body;
-        PeerUnavailable if the node does not answer."""
+        worker that does not lead its topic) -> the answer's status, headers and body.
+        PeerUnavailable if no connection was made (nothing was sent); AnswerLost if the
+        request went out and no answer came (it may have been applied)."""
         if not node.http_url:
             raise PeerUnavailable(f"gateway {node.node_id} has no HTTP listener")
         try:
@@ -225,9 +231,16 @@ class ClusterCalls:
                 method, node.http_url + path, headers=headers, data=body
             ) as answer:
                 reply = answer.status, list(answer.headers.items()), await answer.read()
-        except _UNAVAILABLE as exc:
+        except _NOT_CONNECTED as exc:
             self._made.labels("relay", "unavailable").inc()
             raise PeerUnavailable(f"gateway {node.node_id} did not answer: {exc}") from exc
+        except _UNAVAILABLE as exc:
+            self._made.labels("relay", "answer_lost").inc()
+            raise AnswerLost(
+                f"the request was sent on to gateway {node.node_id}, which leads the topic, "
+                f"and its answer was lost ({exc or type(exc).__name__}): it may have been "
+                "applied; read the topic (or abort the transaction) before sending it again"
+            ) from exc
         self._made.labels("relay", "ok").inc()
         return reply
 

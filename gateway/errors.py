@@ -71,6 +71,13 @@ class PeerUnavailable(StorageError):
     holds the role asked for now (gateway/cluster_calls.py): retriable."""
 
 
+class AnswerLost(StorageError):
+    """A write sent on to the worker that leads its topic (http/forward.py) whose answer
+    never came back: the connection was lost after the request went out (the leader
+    killed mid-write, say), so the write may have been applied. Never a 421, which says
+    "not stored, send it to the leader": a client doing so could store it twice."""
+
+
 class ClusterCallRefused(StorageError):
     """Another gateway answered a cluster call with an error its caller has no type for."""
 
@@ -98,6 +105,8 @@ _TABLE: tuple[tuple[type[BaseException], ErrorKind], ...] = (
         ErrorKind(ErrorCode.NOT_COORDINATOR, 503, "transaction_manager_moving"),
     ),
     (PeerUnavailable, ErrorKind(ErrorCode.COORDINATOR_NOT_AVAILABLE, 503, "gateway_unavailable")),
+    # Maybe applied, maybe not: the client finds out (a read, or its transaction's abort).
+    (AnswerLost, ErrorKind(ErrorCode.REQUEST_TIMED_OUT, 504, "outcome_unknown")),
     (
         ClusterCallRefused,
         ErrorKind(ErrorCode.COORDINATOR_NOT_AVAILABLE, 502, "cluster_call_failed"),

@@ -144,11 +144,7 @@ def test_admin_alter_refuses_unknown_config(gw: GatewayThread) -> None:
     admin = KafkaAdminClient(bootstrap_servers=gw.bootstrap)
     admin.create_topics(["kp-badcfg"])
     result = admin.alter_configs(
-        [
-            ConfigResource(
-                ConfigResourceType.TOPIC, "kp-badcfg", configs={"no.such.config": "1"}
-            )
-        ],
+        [ConfigResource(ConfigResourceType.TOPIC, "kp-badcfg", configs={"no.such.config": "1"})],
         raise_on_unknown=False,
     )
     error = str(result["topic"]["kp-badcfg"])

@@ -39,6 +39,7 @@ def store_url(any_engine_url: str) -> str:
     """Every test here runs on LevelDB and on memory:// (atomic per row only)."""
     return any_engine_url
 
+
 LONG = 3600.0  # a transaction timeout no test reaches by accident
 
 

@@ -121,8 +121,9 @@ class WorkersGateway:
     """``tmsgate serve --workers 2`` over ``<workdir>/store``, restartable on the same store
     and ports; its output in ``<workdir>/serve.log``."""
 
-    def __init__(self, workdir: Path, *extra: str) -> None:
+    def __init__(self, workdir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.extra = extra  # more `serve` options (e.g. --no-http)
+        self.env = env or {}  # more environment (a fault point: gateway/faults.py)
         self.workdir = workdir
         self.store_dir = workdir / "store"
         self.log_path = workdir / "serve.log"
@@ -159,7 +160,7 @@ class WorkersGateway:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=clean_env(),
+                env={**clean_env(), **self.env},
                 start_new_session=True,
             )
         self.wait_ready()

@@ -81,11 +81,14 @@ def instrument(
     async def endpoint(request: Request) -> Response:
         started = time.perf_counter()
         try:
-            response = await handler(request)
-        except NotLeader as exc:
-            answer = None if relay is None else await forward.to_leader(request, exc, relay)
-            response = answer or error_response(exc, request, cluster)
-        except Exception as exc:
+            try:
+                response = await handler(request)
+            except NotLeader as exc:
+                answer = None if relay is None else await forward.to_leader(request, exc, relay)
+                if answer is None:
+                    raise
+                response = answer
+        except Exception as exc:  # the relay's AnswerLost too: a 504, never the 421
             response = error_response(exc, request, cluster)
         observe(response.status_code, time.perf_counter() - started)
         return response

@@ -6,7 +6,9 @@ is a server of its own and the client picks. The workers of ``serve --workers N`
 one public address, so a client cannot pick: whichever worker accepted the connection
 sends the request on to the leader's private listener and answers with what it said.
 Only once: a request that was sent on already and still finds no leader there gets the
-421 (the leader moved meanwhile; the client retries). The body is the one the handler
+421 (the leader moved meanwhile; the client retries). A request sent on whose answer is
+lost (the leader killed mid-write) gets 504 ``outcome_unknown``: it may have been stored,
+and a 421 would have the client store it again. The body is the one the handler
 read (``read_body`` keeps it on the request); the leader checks the credentials again.
 """
 
@@ -40,7 +42,8 @@ _ANSWER_DROPPED = frozenset({"connection", "keep-alive", "transfer-encoding", "c
 
 async def to_leader(request: Request, exc: NotLeader, calls: ClusterCalls) -> Response | None:
     """The leader's answer, or None to answer 421 here (no leader known, already sent
-    on once, the body not kept, the leader not answering)."""
+    on once, the body not kept, the leader not reached). AnswerLost if the leader was
+    sent the request and its answer was lost: the write may be stored, so not a 421."""
     if request.headers.get(FORWARDED) or not isinstance(exc.topic, TopicId):
         return None
     cluster = calls.cluster
