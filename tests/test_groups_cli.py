@@ -17,7 +17,6 @@ from tmsgate.gateway.kafka.broker import Broker
 from tmsgate.gateway.kafka.config import GatewayConfig
 from tmsgate.gateway.kafka.groups import (
     GroupConfig,
-    GroupCoordinator,
     JoinRequest,
     OffsetCommit,
     SyncRequest,
@@ -49,8 +48,8 @@ def store_url(tmp_path: Path) -> str:
     store.create_topic(TopicId("default", "t"), {})
     store.create_topic(TopicId("default", "old"), {})
     store.publish(TopicId("default", "t"), [b"x"] * 10)
-    broker = Broker(store, GatewayConfig())
-    coord = GroupCoordinator(broker, GroupConfig(initial_rebalance_delay_ms=0))
+    broker = Broker(store, GatewayConfig(groups=GroupConfig(initial_rebalance_delay_ms=0)))
+    coord = broker.groups
     meta = bytes(ConsumerProtocolSubscription(version=0, topics=["t"], user_data=None).encode())
 
     async def build() -> None:

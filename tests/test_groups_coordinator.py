@@ -17,7 +17,6 @@ from tmsgate.gateway.kafka.config import GatewayConfig
 from tmsgate.gateway.kafka.groups import (
     OFFSETS_AREA,
     GroupConfig,
-    GroupCoordinator,
     GroupState,
     JoinRequest,
     OffsetCommit,
@@ -49,8 +48,8 @@ class Harness:
         self.path = path
         self.config = config
         self.store = open_store(f"leveldb://{path}")
-        self.broker = Broker(self.store, GatewayConfig())
-        self.coord = GroupCoordinator(self.broker, config)
+        self.broker = Broker(self.store, GatewayConfig(groups=config))
+        self.coord = self.broker.groups
 
     def restart(self) -> None:
         self.close()

@@ -139,11 +139,25 @@ class Broker:
         # (the Spark data source finds the HTTP API from a Kafka bootstrap with it).
         self.http_url: str | None = None
         self.closing = False
-        # Built last: they reach the store and executor through the broker.
-        self.groups = GroupCoordinator(self, config.groups or from_env())
+        # Built last: they work with the parts above.
+        self.groups = GroupCoordinator(
+            store,
+            config.groups or from_env(),
+            run=self.run,
+            paced=self.paced,
+            topics=self.topics,
+            cluster=cluster,
+        )
         self.txns = TxnCoordinator(
-            self,
+            store,
             TxnConfig(config.transaction_max_timeout_ms, config.transactional_id_expiration_ms),
+            run=self.run,
+            paced=self.paced,
+            topics=self.topics,
+            producers=self.producers,
+            groups=self.groups,
+            metrics=self.metrics,
+            namespace=config.namespace,
         )
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -67,7 +67,12 @@ from .state import DEAD, EMPTY, PROCEED, STABLE, GroupState, Op, outcome
 from .writer import StateWriter
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from tmsgate.storage import Store
+
+    from ...cluster import Cluster
+    from ..broker import Paced
+    from ..store_futures import Blocking
+    from ..topics import TopicRegistry
 
 log = logging.getLogger("tmsgate.kafka.groups")
 E = ErrorCode
@@ -102,18 +107,29 @@ class ListedGroup:
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Broker, config: GroupConfig) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        store: Store,
+        config: GroupConfig,
+        *,
+        run: Blocking,
+        paced: Paced,
+        topics: TopicRegistry,
+        cluster: Cluster | None = None,
+    ) -> None:
+        """``run`` and ``paced``: the broker's (store calls on its executor; loops over
+        what a client sent giving the event loop back). ``cluster``: several gateways on
+        the store (None: this one coordinates every group)."""
+        self.store = store
         self.config = config
-        cluster = broker.cluster
+        self.run = run
+        self.paced = paced
         fence = None if cluster is None else SlotFence(cluster)
-        self.writer = StateWriter(broker.store, broker.run, fence)
+        self.writer = StateWriter(store, run, fence)
         # With several gateways: the slots this one coordinates (None: every group)
         self.slots = None if cluster is None else SlotGroups(self, cluster)
         self.rebalancer = Rebalancer(config, self.writer)
-        self.offsets = Offsets(
-            broker.paced, broker.topics, self.writer, config.offset_metadata_max_bytes
-        )
+        self.offsets = Offsets(paced, topics, self.writer, config.offset_metadata_max_bytes)
         self._loading: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
         # group id -> (the lock ordering its commits, commits holding or awaiting it)
@@ -151,9 +167,8 @@ class GroupCoordinator:
 
     async def _load(self) -> None:
         started = time.perf_counter()
-        store = self.broker.store
-        records = await self.broker.run(store.scan_state, GROUPS_AREA)
-        rows = await self.broker.run(store.scan_state, OFFSETS_AREA)
+        records = await self.run(self.store.scan_state, GROUPS_AREA)
+        rows = await self.run(self.store.scan_state, OFFSETS_AREA)
         self.restore(records, rows)
         self.watch()
         active = sum(1 for g in self.groups.values() if g.members)
@@ -230,11 +245,8 @@ class GroupCoordinator:
         """Notice the gateway shutting down, and remove empty groups now and then."""
         interval = self.config.cleanup_interval_ms / 1000
         next_cleanup = time.monotonic() + interval
-        while not self.closed:
+        while not self.closed:  # shutdown() (Broker.begin_shutdown) ends it
             await asyncio.sleep(WATCH_INTERVAL_S)
-            if self.broker.closing:
-                self.shutdown()
-                return
             if interval > 0 and time.monotonic() >= next_cleanup:
                 next_cleanup = time.monotonic() + interval
                 self.cleanup()
@@ -323,9 +335,7 @@ class GroupCoordinator:
             return E.NONE, [E.UNKNOWN_MEMBER_ID] * len(leaving)
         # Paced: the members leaving are what the client sent. Each leaves on its own
         # (the group may rebalance between two), as when they leave one request each.
-        return E.NONE, [
-            self._leave_one(group, mid, iid) async for mid, iid in self.broker.paced(leaving)
-        ]
+        return E.NONE, [self._leave_one(group, mid, iid) async for mid, iid in self.paced(leaving)]
 
     def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> ErrorCode:
         if not member_id:  # KIP-345: a static member leaves by instance id
@@ -357,7 +367,7 @@ class GroupCoordinator:
     ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit: per-partition error codes (NONE once fsynced)."""
         # The loops over ``items`` (what the client sent) are paced; see Broker.paced.
-        paced = self.broker.paced
+        paced = self.paced
         try:
             await self.ready(group_id)
         except GroupError as exc:
@@ -500,7 +510,7 @@ class GroupCoordinator:
         self, group_id: str, topics: list[tuple[str, list[int]]] | None
     ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, FetchedOffset]]]]]:
         """OffsetFetch: ``topics`` None means every topic the group has offsets for."""
-        paced = self.broker.paced  # a 1 MB request names ~80,000 topics
+        paced = self.paced  # a 1 MB request names ~80,000 topics
         try:
             await self.ready(group_id)
         except GroupError as exc:
@@ -544,7 +554,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return E.GROUP_ID_NOT_FOUND, {}
-        paced = self.broker.paced  # ``topics`` is what the client sent
+        paced = self.paced  # ``topics`` is what the client sent
         infos = await self.offsets.topics(t for t, _ in topics)
         errors: dict[TopicPartition, ErrorCode] = {}
         # Each partition once, in request order: a request may name one many times.
@@ -609,7 +619,7 @@ class GroupCoordinator:
         self, states: set[GroupState] | None = None, types: set[str] | None = None
     ) -> list[ListedGroup]:
         await self.ready()  # in a cluster: every slot this gateway holds
-        if types and CLASSIC not in {t.lower() async for t in self.broker.paced(types)}:
+        if types and CLASSIC not in {t.lower() async for t in self.paced(types)}:
             return []
         # Kafka: each broker lists the groups it coordinates (admin clients ask them all).
         serves = None if self.slots is None else self.slots.serves
@@ -617,7 +627,7 @@ class GroupCoordinator:
         # with generation -1 makes one), and the dict may change while this yields.
         return [
             ListedGroup(g.group_id, g.protocol_type or "", g.state)
-            async for g in self.broker.paced(list(self.groups.values()))
+            async for g in self.paced(list(self.groups.values()))
             if (not states or g.state in states) and (serves is None or serves(g.group_id))
         ]
 
@@ -628,7 +638,7 @@ class GroupCoordinator:
         writes = []
         # Paced (the ids are what the client sent); each group is checked and deleted with
         # no await between, so no join can slip in between the two.
-        async for group_id in self.broker.paced(group_ids):
+        async for group_id in self.paced(group_ids):
             if self.slots is not None:  # per group: each may be coordinated elsewhere
                 try:
                     await self.ready(group_id)
@@ -645,7 +655,7 @@ class GroupCoordinator:
                 writes.append((len(results), self._delete(group)))
                 results.append(E.NONE)
                 log.info("deleted group %r", group_id)
-        async for index, fut in self.broker.paced(writes):  # done futures do not yield
+        async for index, fut in self.paced(writes):  # done futures do not yield
             try:
                 await asyncio.shield(fut)
             except Exception as exc:

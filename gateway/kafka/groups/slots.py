@@ -156,9 +156,7 @@ class SlotGroups:
 
     async def _load(self, slots: frozenset[int]) -> None:
         started = time.perf_counter()
-        records, rows = await self._coordinator.broker.run(
-            read_slots, self._coordinator.broker.store, slots
-        )
+        records, rows = await self._coordinator.run(read_slots, self._coordinator.store, slots)
         me = asyncio.current_task()
         keep = {s for s in slots if self._loads.get(s) is me}  # not dropped meanwhile
         if keep != slots:

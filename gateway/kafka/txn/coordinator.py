@@ -72,8 +72,15 @@ from .model import (
 )
 
 if TYPE_CHECKING:
+    from tmsgate.storage import Store
+
     from ...cluster_calls import ClusterCalls
-    from ..broker import Broker
+    from ..broker import Paced
+    from ..groups import GroupCoordinator
+    from ..metrics import Metrics
+    from ..producers import ProducerStates
+    from ..store_futures import Blocking
+    from ..topics import TopicRegistry
 
 log = logging.getLogger("tmsgate.kafka.txn")
 E = ErrorCode
@@ -158,10 +165,31 @@ def for_version(code: ErrorCode, version: int, fenced_since: int) -> ErrorCode:
 
 
 class TxnCoordinator:
-    def __init__(self, broker: Broker, config: TxnConfig | None = None) -> None:
-        self.broker = broker
-        self.store = broker.store
+    def __init__(
+        self,
+        store: Store,
+        config: TxnConfig | None = None,
+        *,
+        run: Blocking,
+        paced: Paced,
+        topics: TopicRegistry,
+        producers: ProducerStates,
+        groups: GroupCoordinator,
+        metrics: Metrics,
+        namespace: str,
+    ) -> None:
+        """The broker's parts it works with: ``run`` and ``paced`` (its executor, its
+        paced loops), ``topics`` (AddPartitionsToTxn's partitions), ``producers`` (new
+        producer ids), ``groups`` (a commit's offsets, step 5), ``metrics``, and the
+        Kafka ``namespace`` a partition's TMS topic is in."""
+        self.store = store
         self.config = config or TxnConfig()
+        self.run = run
+        self._paced = paced
+        self._topics = topics
+        self._producers = producers
+        self.groups = groups
+        self._namespace = namespace
         self._by_id: dict[str, TxnRecord] = {}
         self._by_pid: dict[int, TxnRecord] = {}
         self._by_wp: dict[int, TxnRecord] = {}  # open transactions by write pointer
@@ -171,9 +199,9 @@ class TxnCoordinator:
         self._unwritten: dict[str, TxnRecord] = {}
         self._flush_handle: asyncio.TimerHandle | None = None
         self._next_idle_check = 0  # store time (ms) of the next look for idle ids
-        self._ended = broker.metrics.transactions_ended
+        self._ended = metrics.transactions_ended
         self._committed = self._ended.labels("committed")  # labels() costs, once a commit
-        broker.metrics.transactions_open.set_function(self.open_count)
+        metrics.transactions_open.set_function(self.open_count)
         # Steps 2-4 one durable write each, as a replay runs them, instead of one write
         # for all three: what a write landing in part leaves (faults.py stops between).
         self.stepwise = False
@@ -235,7 +263,7 @@ class TxnCoordinator:
             raise TxnError(E.COORDINATOR_NOT_AVAILABLE, f"loading transactions: {exc}") from exc
 
     async def _load(self) -> None:
-        rows = await self.broker.run(self.store.scan_state, TXN_AREA)
+        rows = await self.run(self.store.scan_state, TXN_AREA)
         for key, raw in rows:
             try:
                 self._register(decode_record(unquote(key), raw))
@@ -359,7 +387,7 @@ class TxnCoordinator:
         async with self._turn(transactional_id):
             rec = self._by_id.get(transactional_id)
             if rec is None:
-                pid = await self.broker.producers.allocate_id()
+                pid = await self._producers.allocate_id()
                 rec = TxnRecord(
                     transactional_id, pid, 0, timeout_ms, updated_ms=self.store.now_ms()
                 )
@@ -396,7 +424,7 @@ class TxnCoordinator:
         if rec.epoch >= MAX_EPOCH:
             # A new producer id, as Kafka does; the old one fenced with it.
             self._by_pid.pop(rec.producer_id, None)
-            rec.producer_id = await self.broker.producers.allocate_id()
+            rec.producer_id = await self._producers.allocate_id()
             rec.epoch = 0
             self._by_pid[rec.producer_id] = rec
         else:
@@ -479,8 +507,8 @@ class TxnCoordinator:
             rec = self._current(transactional_id, producer_id, epoch)
             codes: dict[TopicPartition, ErrorCode] = {}
             stored: set[str] = set()  # the partitions' TMS topics (rec.topics holds those)
-            registry = self.broker.topics
-            async for name, partitions in self.broker.paced(topics):
+            registry = self._topics
+            async for name, partitions in self._paced(topics):
                 info, code = await registry.resolve(name)
                 for p in partitions:
                     part = await registry.partition(info, p) if info is not None else None
@@ -703,9 +731,7 @@ class TxnCoordinator:
     ) -> None:
         """Step 5 for one group, on the group's coordinator (here, or elsewhere)."""
         if self._links is None or self._links.serves_group(group_id):
-            await self.broker.groups.commit_transactional(
-                group_id, dict(offsets), plan.decided_ms, replay
-            )
+            await self.groups.commit_transactional(group_id, dict(offsets), plan.decided_ms, replay)
         else:
             await self._links.commit_offsets(plan, group_id, offsets, replay)
 
@@ -727,7 +753,7 @@ class TxnCoordinator:
 
     def _topic_id(self, topic: str) -> TopicId:
         """A TMS topic of rec.topics (a partition: ``name`` or ``name~p``)."""
-        return _topic_id_of(self.broker.config.namespace, topic)
+        return _topic_id_of(self._namespace, topic)
 
     async def _abort(self, rec: TxnRecord, fence: bool) -> None:
         """Abort the open transaction: its PayloadTable rows are never referenced and its

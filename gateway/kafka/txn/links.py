@@ -59,8 +59,8 @@ class ClusterLinks:
         the controller wrote before it answered AddPartitionsToTxn (and which names every
         partition added). Read for every Produce: a record cached here could name a
         transaction that ended since, and the next one's records would be lost."""
-        broker = self.coordinator.broker
-        raw = await broker.run(broker.store.get_state, TXN_AREA, row)
+        coordinator = self.coordinator
+        raw = await coordinator.run(coordinator.store.get_state, TXN_AREA, row)
         if raw is None:
             raise TxnError(
                 E.INVALID_PRODUCER_ID_MAPPING,
@@ -139,7 +139,7 @@ class ClusterLinks:
         return {"code": 0, "timeoutMs": rec.timeout_ms if rec is not None else 60_000}
 
     def serves_group(self, group_id: str) -> bool:
-        slots = self.coordinator.broker.groups.slots
+        slots = self.coordinator.groups.slots
         return slots is not None and slots.serves(group_id)
 
     async def commit_offsets(
