@@ -22,6 +22,7 @@ from tmsgate.gateway.kafka.groups import (
     OffsetCommit,
     SyncRequest,
 )
+from tmsgate.gateway.kafka.groups.codec import decode_offset
 from tmsgate.gateway.kafka.groups.errors import ErrorCode as E
 from tmsgate.storage import TopicId, open_store
 
@@ -44,16 +45,19 @@ PROTOCOLS = (("range", subscription("t")), ("roundrobin", subscription("t")))
 
 
 class Harness:
-    def __init__(self, path: Path, config: GroupConfig = FAST) -> None:
+    def __init__(
+        self, path: Path, config: GroupConfig = FAST, clock: Callable[[], int] | None = None
+    ) -> None:
         self.path = path
         self.config = config
-        self.store = open_store(f"leveldb://{path}")
+        self.clock = clock
+        self.store = open_store(f"leveldb://{path}", clock=clock)
         self.broker = Broker(self.store, GatewayConfig(groups=config))
         self.coord = self.broker.groups
 
     def restart(self) -> None:
         self.close()
-        self.__init__(self.path, self.config)  # type: ignore[misc]
+        self.__init__(self.path, self.config, self.clock)  # type: ignore[misc]
 
     def close(self) -> None:
         self.coord.shutdown()
@@ -443,6 +447,30 @@ def test_commits_and_fetches(h):
         assert got == {("t", 0): E.REBALANCE_IN_PROGRESS}
 
     run(scenario())
+
+
+def test_group_state_times_and_commit_times_are_the_stores_clock(tmp_path):
+    """Not the wall clock: a transaction's replayed offsets are compared with a commit's
+    time by the decision's, which is the store's (Store.now_ms, moved here by hand)."""
+    now = [1_700_000_000_000]
+    h = Harness(tmp_path, clock=lambda: now[0])
+
+    async def scenario():
+        h.topic()
+        assert await h.coord.commit("s", -1, "", None, [OffsetCommit("t", 0, 7)]) == {
+            ("t", 0): E.NONE
+        }
+        assert h.coord.groups["s"].state_ms == now[0]  # made by the commit, Empty
+        now[0] += 5_000
+        await h.join_and_sync("g", 1)
+        assert h.coord.groups["g"].state_ms == now[0]  # Stable since now
+        ((_, raw),) = h.store.scan_state(OFFSETS_AREA)
+        assert decode_offset(raw).commit_ms == now[0] - 5_000
+
+    try:
+        run(scenario())
+    finally:
+        h.close()
 
 
 def test_commits_are_fsynced_in_order_and_batched(h):

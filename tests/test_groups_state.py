@@ -54,12 +54,12 @@ def test_illegal_transition_is_a_typed_error_with_a_kafka_code(source, target):
 
 
 def test_group_transition_moves_and_refuses():
-    g = Group("g")
-    g.transition(PREPARING)
-    assert g.state is PREPARING
+    g = Group("g", state_ms=1_000)
+    g.transition(PREPARING, 2_000)
+    assert (g.state, g.state_ms) == (PREPARING, 2_000)
     with pytest.raises(IllegalTransition):
-        g.transition(STABLE)  # must complete the join first
-    assert g.state is PREPARING
+        g.transition(STABLE, 3_000)  # must complete the join first
+    assert (g.state, g.state_ms) == (PREPARING, 2_000)
 
 
 def test_outcome_table_covers_every_request_in_every_state():

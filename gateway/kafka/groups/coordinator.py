@@ -128,8 +128,10 @@ class GroupCoordinator:
         self.writer = StateWriter(store, run, fence)
         # With several gateways: the slots this one coordinates (None: every group)
         self.slots = None if cluster is None else SlotGroups(self, cluster)
-        self.rebalancer = Rebalancer(config, self.writer)
-        self.offsets = Offsets(paced, topics, self.writer, config.offset_metadata_max_bytes)
+        self.rebalancer = Rebalancer(config, self.writer, store.now_ms)
+        self.offsets = Offsets(
+            paced, topics, self.writer, config.offset_metadata_max_bytes, store.now_ms
+        )
         self._loading: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
         # group id -> (the lock ordering its commits, commits holding or awaiting it)
@@ -195,7 +197,7 @@ class GroupCoordinator:
             except CorruptState as exc:
                 log.error("skipping group record %r: %s", key, exc)
         for group_id in self.offsets.group_ids():
-            self.groups.setdefault(group_id, Group(group_id))
+            self.groups.setdefault(group_id, self.rebalancer.new_group(group_id))
         return len(self.groups) - before
 
     def watch(self) -> None:
@@ -459,7 +461,7 @@ class GroupCoordinator:
                 )
                 rows[(t, p)] = c
                 updates[(OFFSETS_AREA, offset_key(group_id, t, p))] = encode_offset(c)
-            self.groups.setdefault(group_id, Group(group_id))
+            self.groups.setdefault(group_id, self.rebalancer.new_group(group_id))
             if rows:
                 written = self.offsets.store(PreparedCommit(group_id, rows, updates))
         if written is not None:
@@ -489,7 +491,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             if generation < 0:  # offsets only: the group exists from now on, empty
-                self.groups[group_id] = Group(group_id)
+                self.groups[group_id] = self.rebalancer.new_group(group_id)
                 return E.NONE, ""
             return E.ILLEGAL_GENERATION, f"group {group_id!r} does not exist"
         if generation < 0 and group.state is EMPTY:
@@ -665,7 +667,7 @@ class GroupCoordinator:
         return results
 
     def _delete(self, group: Group) -> asyncio.Future[None]:
-        group.transition(DEAD)
+        group.transition(DEAD, self.store.now_ms())
         self.rebalancer.cancel_timers(group)
         del self.groups[group.group_id]
         return self.offsets.drop_group(

@@ -6,7 +6,6 @@ static. No timers, no I/O; the coordinator drives these objects.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -18,10 +17,6 @@ from .state import EMPTY, GroupState, check_transition
 
 CONSUMER_PROTOCOL = "consumer"
 Protocols = tuple[tuple[str, bytes], ...]  # (name, metadata) in the member's preference
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def client_host(peer: str) -> str:
@@ -161,15 +156,15 @@ class Group:
     pending_members: dict[str, asyncio.TimerHandle | None] = field(default_factory=dict)
     pending_sync: set[str] = field(default_factory=set)
     new_member_added: bool = False
-    state_ms: int = field(default_factory=now_ms)
+    state_ms: int = 0  # when it entered its state, by the store's clock (Rebalancer.clock)
     rebalance_timer: asyncio.TimerHandle | None = None
     sync_timer: asyncio.TimerHandle | None = None
     initial_delay_left_ms: int | None = None  # set while the initial delay runs
 
-    def transition(self, target: GroupState) -> GroupState:
+    def transition(self, target: GroupState, now_ms: int) -> GroupState:
         check_transition(self.group_id, self.state, target)
         previous, self.state = self.state, target
-        self.state_ms = now_ms()
+        self.state_ms = now_ms
         return previous
 
     @property

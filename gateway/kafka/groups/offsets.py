@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,6 @@ from .codec import (
     offset_key,
     offsets_prefix,
 )
-from .model import now_ms
 from .writer import StateUpdates, StateWriter
 
 if TYPE_CHECKING:
@@ -69,10 +68,18 @@ class PreparedCommit:
 
 class Offsets:
     def __init__(
-        self, paced: Paced, topics: TopicRegistry, writer: StateWriter, metadata_max_bytes: int
+        self,
+        paced: Paced,
+        topics: TopicRegistry,
+        writer: StateWriter,
+        metadata_max_bytes: int,
+        clock: Callable[[], int],
     ) -> None:
-        """``paced``: the broker's (loops over what a client sent give the loop back)."""
+        """``paced``: the broker's (loops over what a client sent give the loop back).
+        ``clock``: the store's (``Store.now_ms``): a commit's time, which a transaction's
+        replayed offsets are compared with (its decision's time, by the same clock)."""
         self._paced, self._topics = paced, topics
+        self._clock = clock
         self._writer = writer
         self.metadata_max_bytes = metadata_max_bytes
         self._view: dict[str, dict[TopicPartition, CommittedOffset]] = {}
@@ -141,7 +148,7 @@ class Offsets:
     ) -> PreparedCommit:
         """The rows of a commit, built (paced) before the group is asked, so that asking
         and queueing the write (``store``) happen with no await between them."""
-        commit_ms = now_ms()
+        commit_ms = self._clock()
         # By partition, the last one named winning (as it did when each was put in turn):
         # what becomes durable is then at most one row per existing topic.
         rows: dict[TopicPartition, CommittedOffset] = {}

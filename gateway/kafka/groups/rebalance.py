@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tmsgate.protocol import ErrorCode
@@ -62,14 +62,20 @@ E = ErrorCode
 class Rebalancer:
     """Membership and rebalances of every group of one gateway."""
 
-    def __init__(self, config: GroupConfig, writer: StateWriter) -> None:
+    def __init__(self, config: GroupConfig, writer: StateWriter, clock: Callable[[], int]) -> None:
+        """``clock``: the store's (``Store.now_ms``), for the groups' state times."""
         self.config = config
         self.writer = writer
+        self.clock = clock
         self.groups: dict[str, Group] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         # (api, error) -> (when last logged at INFO, refusals not logged since)
         self._refusals: dict[tuple[str, ErrorCode], tuple[float, int]] = {}
+
+    def new_group(self, group_id: str) -> Group:
+        """An empty group, entering its state now."""
+        return Group(group_id, state_ms=self.clock())
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -105,7 +111,7 @@ class Rebalancer:
         if group is None:
             if not unknown:
                 raise GroupError(E.UNKNOWN_MEMBER_ID, f"group {req.group_id!r} does not exist")
-            group = Group(req.group_id)
+            group = self.new_group(req.group_id)
         self._check_size(group, req)
         names = [name for name, _ in req.protocols]
         if not group.supports(req.protocol_type, names):
@@ -317,7 +323,7 @@ class Rebalancer:
             self._reset_assignments(group, E.REBALANCE_IN_PROGRESS)
         self._cancel_sync_timer(group)
         was_empty = group.state is EMPTY
-        group.transition(PREPARING)
+        group.transition(PREPARING, self.clock())
         log.info(
             "group %r: preparing to rebalance (generation %d, %d members): %s",
             group.group_id,
@@ -387,7 +393,7 @@ class Rebalancer:
         group.generation += 1
         if not group.members:
             group.protocol_name = None
-            group.transition(EMPTY)
+            group.transition(EMPTY, self.clock())
             log.info("group %r: generation %d is empty", group.group_id, group.generation)
             self._store_quietly(group)
             return
@@ -398,7 +404,7 @@ class Rebalancer:
             log.error(
                 "group %r: %s; using the leader's %s", group.group_id, exc, group.protocol_name
             )
-        group.transition(COMPLETING)
+        group.transition(COMPLETING, self.clock())
         log.info(
             "group %r: generation %d with %d members, leader %s, protocol %s",
             group.group_id,
@@ -519,7 +525,7 @@ class Rebalancer:
                 )
                 # Its session restarts now: it may have run out while the leader computed.
                 self.schedule_expiry(group, member)
-        group.transition(STABLE)
+        group.transition(STABLE, self.clock())
         log.info(
             "group %r: generation %d is stable with %d members",
             group.group_id,
