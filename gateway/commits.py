@@ -84,6 +84,10 @@ class Commits:
         # Tests stop a commit between two steps (kill -9 at every step): called with the
         # step's name once the step before it is durable.
         self.before_step: Callable[[str], Awaitable[None]] | None = None
+        # Set with a stop at parts, partial or commit: a Kafka commit takes steps 2-4 one
+        # durable write each, as a replay runs them, instead of one write for all three,
+        # so that the test stops where a write landing in part leaves it.
+        self.stepwise = False
 
     async def step(self, name: str) -> None:
         if self.before_step is not None:

@@ -54,7 +54,7 @@ def install_from_env(services: Services) -> None:
     services.commits.before_step = before_step
     # A stop between a Kafka commit's decision, its parts and the TMS commit is what a
     # write of all three landing in part leaves: take them one write each to stop there.
-    services.broker.txns.stepwise = step in ("parts", "partial", "commit")
+    services.commits.stepwise = step in ("parts", "partial", "commit")
 
 
 def _records_pause(services: Services) -> None:

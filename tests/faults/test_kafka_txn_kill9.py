@@ -13,9 +13,9 @@ After a restart (and a second one, to see the replay is idempotent):
     read_uncommitted readers alike, and the group's offset is 7.
 
 A commit writes the decision, the references and the TMS commit as one write; paused
-before ``parts``, ``partial`` or ``commit`` the gateway takes them one write each (the
-coordinator's ``stepwise``), which leaves what that write landing in part leaves: the
-decision alone, or with its references. tests/test_storage_sealed.py cuts the one write
+before ``parts``, ``partial`` or ``commit`` the gateway takes them one write each
+(``Commits.stepwise``, gateway/commits.py), which leaves what that write landing in part
+leaves: the decision alone, or with its references. tests/test_storage_sealed.py cuts the one write
 short after every row on memory://.
 """
 

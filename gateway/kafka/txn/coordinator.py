@@ -202,9 +202,6 @@ class TxnCoordinator:
         self._ended = metrics.transactions_ended
         self._committed = self._ended.labels("committed")  # labels() costs, once a commit
         metrics.transactions_open.set_function(self.open_count)
-        # Steps 2-4 one durable write each, as a replay runs them, instead of one write
-        # for all three: what a write landing in part leaves (faults.py stops between).
-        self.stepwise = False
         # Several gateways (attach_cluster): where each step runs, and the rows' fence.
         self._links: ClusterLinks | None = None
         self._fence: Callable[[], bool] | None = None
@@ -635,7 +632,7 @@ class TxnCoordinator:
                 return
             rec.move(TxnState.PREPARE_COMMIT)
             rec.decided_ms = self.store.now_ms()
-            await self._commit_or_abort(rec, whole=not self.stepwise)
+            await self._commit_or_abort(rec, whole=not self._commits.stepwise)
 
     async def _commit_or_abort(self, rec: TxnRecord, whole: bool) -> None:
         """Commit (decided on the store's writer, after every store of the transaction);
