@@ -108,6 +108,12 @@ class ServiceUnavailable(ServerError):
     """503: e.g. the store is not writable (disk full)."""
 
 
+class OutcomeUnknown(ServerError):
+    """504 outcome_unknown: the write reached the gateway process leading its topic, which
+    died before answering (``serve --workers``); it may be stored. Read the topic, or
+    abort the transaction, before sending it again."""
+
+
 class TransactionInDoubt(TmsError):
     """The commit was sent but its outcome could not be learned; resolve it later by
     ``TransactionClient.state(write_pointer)`` (see the atomic notification example)."""
@@ -126,6 +132,7 @@ _BY_STATUS: dict[int, type[TmsError]] = {
     413: PayloadTooLarge,
     415: UnsupportedMediaType,
     503: ServiceUnavailable,
+    504: OutcomeUnknown,
 }
 
 

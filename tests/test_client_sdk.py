@@ -22,6 +22,8 @@ from tmsgate.client import (
     Encoding,
     Message,
     MessagingClient,
+    OutcomeUnknown,
+    ServerError,
     TmsConnectionError,
     TmsError,
     TopicExists,
@@ -33,6 +35,7 @@ from tmsgate.client import (
     current_transaction,
 )
 from tmsgate.client import kafka as tms_kafka
+from tmsgate.client._errors import error_from_response
 
 ENCODINGS = [Encoding.AVRO, Encoding.JSON]
 ROOT = Path(__file__).resolve().parent.parent
@@ -248,6 +251,16 @@ def test_transactional_errors(tms: MessagingClient, topic: str) -> None:
         tms.poll(topic, tx=b"\x07not a transaction")
     assert bad_tx.value.status == 400
     assert everything(tms, topic) == []
+
+
+def test_an_answer_lost_behind_the_gateway_is_outcome_unknown() -> None:
+    """The 504 a worker answers when the worker it sent a write on to died with it
+    (tests/test_workers_relay.py makes it happen): a ServerError of its own kind."""
+    body = b'{"error":"outcome_unknown","message":"it may have been applied"}'
+    err = error_from_response(504, body)
+    assert isinstance(err, OutcomeUnknown) and isinstance(err, ServerError)
+    assert (err.status, err.kind) == (504, "outcome_unknown")
+    assert err.message == "it may have been applied"
 
 
 def test_connection_refused_is_a_tms_error() -> None:
