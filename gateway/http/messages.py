@@ -47,7 +47,8 @@ MAX_MESSAGES_PER_REQUEST = 1_000_000
 
 
 W, R = Operation.WRITE, Operation.READ
-WRITES = (400, 404, 409, 413, 415, 503, 507)
+# 421 and 504: a topic led by another gateway or worker (forward.py)
+WRITES = (400, 404, 409, 413, 415, 421, 503, 504, 507)
 
 
 class MessageHandlers:

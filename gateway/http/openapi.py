@@ -336,7 +336,12 @@ ERRORS = {
     409: "conflict: the topic exists, or the transaction is not in progress (see state)",
     413: "the body is larger than the server's limit",
     415: "unsupported Content-Type",
-    503: "the store is closed (the gateway is stopping)",
+    421: "several gateways: another leads the topic now; nothing was stored, and "
+    "leaderUrl names where to send the write (not_leader)",
+    503: "the store is closed (the gateway is stopping), or another gateway of the cluster "
+    "is out of reach for a moment",
+    504: "serve --workers: the write was sent on to the worker leading the topic, which "
+    "died before answering; it may be stored (outcome_unknown)",
     507: "the disk is full: writes are refused until space is free",
 }
 
