@@ -51,7 +51,7 @@ def test_api_versions_lists_exactly_the_routes(gw: GatewayThread, client: RawCli
     )
     assert resp.error_code == 0
     got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert got == {key: (lo, hi) for key, lo, hi in gw.broker.routes.versions()}
+    assert got == {key: (lo, hi) for key, lo, hi in gw.server.routes.versions()}
     assert got[ApiKey.PRODUCE] == (3, 13) and got[ApiKey.FETCH] == (4, 17)
 
 

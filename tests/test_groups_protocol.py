@@ -80,8 +80,8 @@ class Wire:
 async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Broker, Any]]:
     store = open_store(f"leveldb://{tmp_path / 'store'}")
     store.create_topic(TopicId("default", "t"), {})
-    broker = Broker(store, GatewayConfig(port=0, groups=CONFIG), routes=route_table())
-    server = KafkaServer(broker)
+    broker = Broker(store, GatewayConfig(port=0, groups=CONFIG))
+    server = KafkaServer(broker, route_table())
     broker.attach(asyncio.get_running_loop())
     host, port = await server.start()
     wires: list[Wire] = []

@@ -1,23 +1,17 @@
 """Shared state of one gateway: the store, the executors and the registries every handler
 uses. One Broker serves all connections of a listener.
 
-Every client shares one event loop, so no request may hold it for long (a Metadata
-request naming 500,000 topics once held it 4.6 s, and every producer waited). Blocking
-store calls go to the I/O executor (``run``); CPU-heavy pure work, such as decoding a
-large request or encoding a large response, to a CPU thread (``compute``); and a
-handler looping over a client-supplied list iterates it with ``paced``, which gives the
-loop back every few milliseconds.
+Every client shares one event loop, so no request may hold it for long. Blocking store
+calls go to the I/O executor (``run``); CPU-heavy pure work to a CPU thread
+(``compute``); and a handler looping over a client-supplied list iterates it with
+``paced``, which gives the loop back every few milliseconds (both: pacing.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import gc
-import sys
-import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -31,63 +25,14 @@ from .config import GatewayConfig
 from .groups import GroupCoordinator, from_env
 from .metrics import Metrics
 from .notify import PublishNotifier
+from .pacing import Pacing
 from .producers import ProducerStates
 from .readahead import ReadAhead
-from .routes import RouteTable, default_routes
 from .store_futures import on_loop
 from .topics import TopicRegistry
 from .txn import TxnConfig, TxnCoordinator
 
 T = TypeVar("T")
-# The event loop time a paced loop may take before letting other work run, shared by all
-# paced loops running at once: other clients wait at most about this long per turn.
-LOOP_SLICE_S = 0.001
-# While heavy work (compute, paced loops) keeps one thread busy, the others (event loop,
-# store writer) must win the GIL back soon after each system call they make: at Python's
-# default switch interval (5 ms) each of the dozen hand-overs that answering a produce
-# takes could cost 5 ms (beside 1 MB Metadata requests produce p50 was 35-40 ms; at
-# 0.5 ms, 15-19 ms, and 4 ms with GC_SPLIT below; alone 1-2 ms). Only meanwhile: a
-# shorter interval costs throughput.
-HEAVY_SWITCH_INTERVAL_S = 0.0005
-# A large request makes hundreds of thousands of objects, and a collection of the middle
-# generation walks them all at once while every thread waits (30-100 ms with `tmsgate
-# serve`'s thresholds). During heavy work that generation is collected GC_SPLIT times as
-# often, so each pause is that much shorter (5-6 ms measured); the oldest generation's
-# threshold grows as much, so full collections do not come sooner.
-GC_SPLIT = 10
-
-
-class _HeavyWork:
-    """Heavy work under way in this process, by any broker: the GIL and the collector are
-    the process's, so are the settings changed meanwhile (restored when none is left)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()  # gateways on several threads (tests) share it
-        self._depth = 0
-        self._normal: tuple[float, tuple[int, int, int]] = (0.0, (0, 0, 0))
-
-    def begins(self) -> None:
-        with self._lock:
-            if not self._depth:
-                self._normal = (sys.getswitchinterval(), gc.get_threshold())
-                sys.setswitchinterval(HEAVY_SWITCH_INTERVAL_S)
-                t0, t1, t2 = self._normal[1]
-                gc.set_threshold(t0, max(1, t1 // GC_SPLIT), t2 * GC_SPLIT)
-            self._depth += 1
-
-    def ends(self) -> None:
-        with self._lock:
-            self._depth -= 1
-            if not self._depth:
-                sys.setswitchinterval(self._normal[0])
-                gc.set_threshold(*self._normal[1])
-
-
-_heavy_work = _HeavyWork()
-
-
-# Broker.paced: ``async for item in paced(items)`` gives the loop back now and then.
-Paced = Callable[[Iterable[T]], AsyncIterator[T]]
 
 
 class Broker:
@@ -97,7 +42,6 @@ class Broker:
         config: GatewayConfig,
         *,
         metrics: Metrics | None = None,
-        routes: RouteTable | None = None,
         executor: ThreadPoolExecutor | None = None,
         authorizer: Authorizer | None = None,
         cluster: Cluster | None = None,
@@ -114,12 +58,12 @@ class Broker:
         self.executor = executor or ThreadPoolExecutor(
             config.io_threads, thread_name_prefix="tmsgate-io"
         )
-        # One thread: CPU work holds the GIL, so more threads would not finish it sooner,
-        # they would only take more turns from the event loop (and from store writers).
-        self.cpu_executor = ThreadPoolExecutor(1, thread_name_prefix="tmsgate-cpu")
-        self._paced_loops = 0
+        self.pacing = Pacing()
+        # The handlers' and coordinators' way to loop over what a client sent, and to
+        # compute off the loop (pacing.py).
+        self.paced = self.pacing.paced
+        self.compute = self.pacing.compute
         self.metrics = metrics or Metrics()
-        self.routes = routes or default_routes()
         self.batch_cache = BatchCache(config.fetch_cache_bytes)
         self.topics = TopicRegistry(store, config, self.batch_cache, self.run)
         self.producers = ProducerStates(store, self.run, cluster)
@@ -165,39 +109,6 @@ class Broker:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
-    async def compute(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run pure CPU work (decoding, encoding) off the event loop; it must not touch
-        state the loop owns."""
-        loop = asyncio.get_running_loop()
-        _heavy_work.begins()
-        try:
-            return await loop.run_in_executor(self.cpu_executor, functools.partial(fn, *args))
-        finally:
-            _heavy_work.ends()
-
-    async def paced(self, items: Iterable[T]) -> AsyncIterator[T]:
-        """``items``, giving the event loop back whenever this loop has held it for its
-        share of LOOP_SLICE_S. For handlers looping over what a client sent (topics,
-        partitions, resources, groups): ``async for t in ctx.broker.paced(req.topics)``.
-        Loops that await the store already give the loop back at each call; pacing also
-        covers the ones that do not (cache hits, invalid names, building responses)."""
-        self._paced_loops += 1
-        heavy = False  # a few items (the usual case) change no interpreter setting
-        try:
-            deadline = time.perf_counter() + LOOP_SLICE_S / self._paced_loops
-            for item in items:
-                yield item
-                if time.perf_counter() >= deadline:
-                    if not heavy:
-                        heavy = True
-                        _heavy_work.begins()
-                    await asyncio.sleep(0)
-                    deadline = time.perf_counter() + LOOP_SLICE_S / self._paced_loops
-        finally:
-            self._paced_loops -= 1
-            if heavy:
-                _heavy_work.ends()
-
     @staticmethod
     async def wait_future(fut: Future[T]) -> T:
         """Await a store future (publish_async) from the event loop."""
@@ -225,5 +136,5 @@ class Broker:
         self.topics.detach()
         if self._own_executor:
             self.executor.shutdown(wait=True)
-        self.cpu_executor.shutdown(wait=True)
+        self.pacing.close()
         self.readahead.close()

@@ -41,6 +41,7 @@ from ..tls import transport_principal
 from .broker import Broker
 from .context import CloseConnection, RequestContext, Session
 from .handlers import api_versions
+from .routes import RouteTable
 from .stream import FrameStream
 
 log = logging.getLogger("tmsgate.kafka.connection")
@@ -151,8 +152,9 @@ def _done(value: Any) -> asyncio.Future[Any]:
 
 
 class ConnectionDriver:
-    def __init__(self, broker: Broker, stream: FrameStream) -> None:
+    def __init__(self, broker: Broker, stream: FrameStream, routes: RouteTable) -> None:
         self.broker = broker
+        self.routes = routes
         self.stream = stream
         self.peer = stream.peer()
         self.conn = KafkaConnection(broker.config.max_request_bytes)
@@ -252,7 +254,7 @@ class ConnectionDriver:
         return True
 
     async def _dispatch(self, req: Request) -> bool:
-        routes = self.broker.routes
+        routes = self.routes
         route = routes.get(req.api_key)
         if route is None or req.body is None or not routes.supports(req.api_key, req.api_version):
             if req.api_key == ApiKey.API_VERSIONS:
@@ -271,7 +273,7 @@ class ConnectionDriver:
             )
             return False
         await self._slot()
-        ctx = RequestContext(self.broker, req, self.peer, self.session)
+        ctx = RequestContext(self.broker, req, self.peer, self.session, routes)
         previous, self._last_turn = self._last_turn, ctx.turn
         loop = asyncio.get_running_loop()
         self._enqueue(req, loop.create_task(self._handle(route.handler, ctx, previous)))

@@ -13,6 +13,7 @@ from ..acls import CLUSTER_NAME, WILDCARD, Operation, ResourceType
 if TYPE_CHECKING:
     from ..sasl import Exchange
     from .broker import Broker
+    from .routes import RouteTable
 
 
 @dataclass(slots=True)
@@ -38,6 +39,8 @@ class RequestContext:
     peer: str
     # The connection's login; a context built outside a connection (tests) gets its own.
     session: Session = field(default_factory=Session)
+    # The listener's route table (ApiVersions lists it); None: every handler's (tests).
+    routes: RouteTable | None = None
     # Set when the next pipelined request on this connection may start. The driver
     # sets it when the handler returns; a handler sets it earlier (release()) once the
     # order-sensitive part is done, e.g. a produce after submitting its writes, so the

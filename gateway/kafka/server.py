@@ -22,6 +22,7 @@ from typing import Any
 from .. import tls
 from .broker import Broker
 from .connection import ConnectionDriver
+from .routes import RouteTable, default_routes
 from .stream import FrameStream, ReceiveBudget
 
 log = logging.getLogger("tmsgate.kafka.server")
@@ -30,8 +31,11 @@ TLS_HANDSHAKE_TIMEOUT_S = 60.0
 
 
 class KafkaServer:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, routes: RouteTable | None = None) -> None:
+        """``routes``: the APIs served, and so what ApiVersions lists (routes.py); by
+        default every handler's."""
         self.broker = broker
+        self.routes = routes or default_routes()
         self._server: asyncio.Server | None = None
         self._shared: list[asyncio.Server] = []  # `serve --workers`: the bootstrap port
         self._drivers: set[ConnectionDriver] = set()
@@ -131,7 +135,7 @@ class KafkaServer:
 
     def _opened(self, stream: FrameStream) -> None:
         # The driver exists before the first bytes are received: it sets the frame limit.
-        driver = ConnectionDriver(self.broker, stream)
+        driver = ConnectionDriver(self.broker, stream, self.routes)
         task = asyncio.ensure_future(self._accept(driver))
         self._tasks.add(task)  # a task nobody references may be garbage-collected mid-run
         task.add_done_callback(self._tasks.discard)

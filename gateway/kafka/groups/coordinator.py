@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from tmsgate.storage import Store
 
     from ...cluster import Cluster
-    from ..broker import Paced
+    from ..pacing import Paced
     from ..store_futures import Blocking
     from ..topics import TopicRegistry
 

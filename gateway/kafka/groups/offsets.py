@@ -28,7 +28,7 @@ from .codec import (
 from .writer import StateUpdates, StateWriter
 
 if TYPE_CHECKING:
-    from ..broker import Paced
+    from ..pacing import Paced
     from ..topics import TopicRegistry
 
 log = logging.getLogger("tmsgate.kafka.groups")

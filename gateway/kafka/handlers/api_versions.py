@@ -11,7 +11,7 @@ from kafka.protocol.metadata import ApiVersionsResponse
 from tmsgate.protocol import ApiKey, ErrorCode
 
 from ..context import RequestContext
-from ..routes import Route, RouteTable
+from ..routes import Route, RouteTable, default_routes
 
 # The features (KIP-584) a Kafka 4.1 broker reports, as far as they hold here:
 # metadata.version 4.1-IV1 (27), what kafka-features.sh describe prints. Not
@@ -60,7 +60,7 @@ def unsupported_version(routes: RouteTable) -> Any:
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
-    return build(ctx.broker.routes, ctx.version)
+    return build(ctx.routes or default_routes(), ctx.version)
 
 
 ROUTE = Route(ApiKey.API_VERSIONS, 0, 4, handle)

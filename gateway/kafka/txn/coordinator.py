@@ -75,9 +75,9 @@ if TYPE_CHECKING:
     from tmsgate.storage import Store
 
     from ...cluster_calls import ClusterCalls
-    from ..broker import Paced
     from ..groups import GroupCoordinator
     from ..metrics import Metrics
+    from ..pacing import Paced
     from ..producers import ProducerStates
     from ..store_futures import Blocking
     from ..topics import TopicRegistry
