@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
@@ -306,6 +306,8 @@ def test_lag_history_keeps_a_bounded_window() -> None:
 
 
 @settings(max_examples=150, deadline=None)
+@example(params={"time": str(1 << 64)}, topic=TOPIC)  # was a 500: past the row keys' 64 bits
+@example(params={"offset": str(1 << 64)}, topic=TOPIC)
 @given(
     params=st.dictionaries(
         st.sampled_from(["partition", "offset", "time", "id", "limit", "view", "isolation"]),

@@ -112,9 +112,10 @@ def _whole(text: str, name: str) -> int:
 
 
 def time_of(text: str) -> int:
-    """Epoch ms of an ISO 8601 time (UTC unless it says otherwise) or of epoch ms."""
+    """Epoch ms of an ISO 8601 time (UTC unless it says otherwise) or of epoch ms (at most
+    19 digits, as every whole number here: the row keys hold 64 bits)."""
     if text.isascii() and text.isdigit():
-        return int(text)
+        return _whole(text, "time")
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
