@@ -204,7 +204,7 @@ def _tune_malloc() -> None:
 
 def _serve_config(args: argparse.Namespace) -> object:
     from tmsgate.gateway.services import ServeConfig
-    from tmsgate.gateway.workers import inherited_listeners
+    from tmsgate.gateway.workers import LISTED_AFTER_END_MS, inherited_listeners
 
     http = None
     # A worker of `serve --workers` listens for the others' calls even with --no-http.
@@ -234,7 +234,13 @@ def _serve_config(args: argparse.Namespace) -> object:
         from tmsgate.gateway.cluster import ClusterConfig
 
         try:
-            cluster = ClusterConfig(args.node_id, args.lease_ms)
+            # A worker of `serve --workers`: its parent starts a dead worker again at
+            # the same address, so Metadata keeps naming it meanwhile (cluster.py).
+            cluster = ClusterConfig(
+                args.node_id,
+                args.lease_ms,
+                listed_after_end_ms=LISTED_AFTER_END_MS if inherited_listeners() else 0,
+            )
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
         if args.store.startswith("leveldb:"):

@@ -84,6 +84,15 @@ CLUSTER_SECRET = "secret/cluster-calls"
 class ClusterConfig:
     node_id: int
     lease_ms: int = 10_000
+    # How long a gateway whose registration ended (killed, or released by the workers'
+    # parent) is still listed as a broker in Metadata; 0: only live ones. ``serve
+    # --workers`` starts a dead worker again at the same address within moments, and a
+    # client dropping a broker that Metadata stops naming can hang (librdkafka drops it,
+    # and a transaction's send_offsets_to_transaction waiting on it as group coordinator
+    # never returns: issues #5511, #5456). Apache Kafka likewise lists a killed broker
+    # until its session times out (broker.session.timeout.ms, 9 s). Leaders, the
+    # controller and group slots are only ever live gateways, whatever this says.
+    listed_after_end_ms: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.node_id < 2**31:
@@ -114,10 +123,13 @@ class Node:
 class View:
     """What the last tick saw, replaced whole (the event loop reads it without locks)."""
 
-    nodes: dict[int, Node] = field(default_factory=dict)
+    nodes: dict[int, Node] = field(default_factory=dict)  # live: they lead, coordinate
     leaders: dict[TopicId, int] = field(default_factory=dict)
     controller: int | None = None
     group_slots: dict[int, int] = field(default_factory=dict)  # slot -> coordinating node
+    # The brokers Metadata names: the live ones, and those that ended a moment ago
+    # (ClusterConfig.listed_after_end_ms).
+    listed: dict[int, Node] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +245,10 @@ class Cluster:
         return node_of(lease.holder)
 
     def nodes(self) -> list[Node]:
+        """The brokers Metadata names: this gateway, the live others, and those that
+        ended a moment ago (``listed_after_end_ms``; they lead nothing meanwhile)."""
         view = self.view
-        nodes = dict(view.nodes)
+        nodes = dict(view.listed)
         nodes[self.me.node_id] = self.me
         return sorted(nodes.values(), key=lambda n: n.node_id)
 
@@ -406,8 +420,23 @@ class Cluster:
             lease = leases.get(GROUPS + str(slot))
             if lease is not None and lease.held_at(now) and lease.holder in holders:
                 slots[slot] = holders[lease.holder]
-        self.view = View(nodes, leaders, controller, slots)
+        self.view = View(nodes, leaders, controller, slots, self._listed(leases, nodes, now))
         return taken, lost
+
+    def _listed(self, leases: dict[str, Lease], live: dict[int, Node], now: int) -> dict[int, Node]:
+        """The live nodes and those whose registration ended within listed_after_end_ms."""
+        grace = self.config.listed_after_end_ms
+        listed = dict(live)
+        if grace <= 0:
+            return listed
+        for name, lease in leases.items():
+            if not name.startswith(GATEWAY) or lease.held_at(now):
+                continue
+            node = node_of(lease.holder)
+            ended_ago = now - lease.expires_ms
+            if node is not None and node.node_id not in listed and ended_ago < grace:
+                listed[node.node_id] = node
+        return listed
 
     def _group_slots(
         self, leases: dict[str, Lease], live: list[int], now: int

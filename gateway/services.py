@@ -157,7 +157,11 @@ class Services:
             # transactions aborted) before any client can read.
             await self._recover_transactions()
         with _binding("Kafka", (kafka.host, kafka.port), "--kafka-listen"):
-            await self.kafka_server.start()
+            # In a cluster, Kafka clients are answered once the first lease round has
+            # seen the others (below): a Metadata answer naming this gateway alone makes
+            # librdkafka drop the others' brokers, and a transactional producer whose
+            # group coordinator one of them is can then hang (librdkafka #5511).
+            await self.kafka_server.start(serving=self.cluster is None)
         if config.http is not None:
             from .http.server import HttpServer  # Starlette and uvicorn only when serving HTTP
 
@@ -186,6 +190,7 @@ class Services:
             self._watch_cluster()
             self._hurry_on_topic_changes()
             await self.lease_round()
+            await self.kafka_server.serve()
             self._leases = loop.create_task(self._keep_leases())
             self._view = loop.create_task(self._follow_transaction_manager())
 

@@ -65,6 +65,10 @@ PARENT = "TMSGATE_WORKER_PARENT"  # the owner's pid: a worker dies with it
 QUICK_EXIT_S = 10.0  # a worker that exits this soon after starting, again and again...
 QUICK_EXITS = 3  # ...this many times in a row: the configuration is wrong; stop all
 STOP_AFTER_S = 45.0  # a worker not stopped this long after SIGTERM is killed (grace: 30 s)
+# A worker killed (or being started again) stays in the others' Metadata this long: it
+# comes back at the same address, and clients that drop a broker can hang (cluster.py's
+# ClusterConfig.listed_after_end_ms). Apache Kafka's broker.session.timeout.ms.
+LISTED_AFTER_END_MS = 9_000
 
 
 def inherited_listeners() -> dict[str, tuple[int, ...]]:

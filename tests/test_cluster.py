@@ -52,10 +52,13 @@ def table() -> Iterator[str]:
 class Gateway:
     """A store and its cluster membership, as one `tmsgate serve --cluster` holds them."""
 
-    def __init__(self, table: str, node_id: int, clock: Clock) -> None:
+    def __init__(
+        self, table: str, node_id: int, clock: Clock, listed_after_end_ms: int = 0
+    ) -> None:
         self.backend = open_backend(f"memory://{table}")
         self.store = Store(self.backend, clock=clock, shared=True)  # type: ignore[arg-type]
-        self.cluster = Cluster(self.store, ClusterConfig(node_id, LEASE_MS), "default")
+        config = ClusterConfig(node_id, LEASE_MS, listed_after_end_ms=listed_after_end_ms)
+        self.cluster = Cluster(self.store, config, "default")
         self.cluster.announce("127.0.0.1", 9000 + node_id, None)
 
     def tick(self) -> None:
@@ -151,6 +154,33 @@ def test_a_gateway_that_stops_hands_everything_over_at_once(table: str) -> None:
     assert not any(a.store.leads(t) for t in parts)
     b.tick()  # no time passes
     assert all(b.store.leads(t) for t in parts) and b.cluster.is_controller
+
+
+@pytest.mark.parametrize("grace_ms", [0, 3 * LEASE_MS])
+def test_a_gateway_that_just_ended_is_listed_for_the_grace_and_leads_nothing(
+    table: str, grace_ms: int
+) -> None:
+    """serve --workers (listed_after_end_ms): a dead worker, started again at the same
+    address in moments, stays in Metadata meanwhile, so clients keep its broker; its
+    partitions, controller and group slots move at once all the same. Without the grace
+    (--cluster), it leaves Metadata at once."""
+    clock = Clock()
+    a = Gateway(table, 0, clock, listed_after_end_ms=grace_ms)
+    b = Gateway(table, 1, clock, listed_after_end_ms=grace_ms)
+    parts = topics(6)
+    for t in parts:
+        a.store.create_topic(t)
+    settle([a, b])
+    assert any(b.store.leads(t) for t in parts)
+    b.cluster.stop()  # its leases released, as the workers' parent does for a dead one
+    a.tick()
+    assert all(a.store.leads(t) for t in parts) and a.cluster.is_controller
+    assert sorted(a.cluster.view.nodes) == [0]  # the live ones: they lead, coordinate
+    listed = [(n.node_id, n.port) for n in a.cluster.nodes()]
+    assert listed == ([(0, 9000), (1, 9001)] if grace_ms else [(0, 9000)])
+    clock.advance(grace_ms)
+    a.tick()
+    assert [n.node_id for n in a.cluster.nodes()] == [0]
 
 
 def test_a_write_left_in_part_is_settled_by_the_next_leader(table: str) -> None:

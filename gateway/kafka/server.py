@@ -46,16 +46,22 @@ class KafkaServer:
         self.receive_budget = ReceiveBudget(broker.config.queued_max_request_bytes)
         self.address: tuple[str, int] = (broker.config.host, broker.config.port)
 
-    async def start(self) -> tuple[str, int]:
+    async def start(self, serving: bool = True) -> tuple[str, int]:
+        """Listen; with ``serving`` False, connections wait in the backlog until
+        ``serve()`` (a gateway of a cluster answers once it has seen the others)."""
         cfg = self.broker.config
         loop = asyncio.get_running_loop()
         self._tls = tls.listener_context(cfg)  # raises TlsConfigError before listening
         if cfg.listen_fds:  # a worker of `serve --workers`: its own socket, then the shared
             own, *shared = (socket.socket(fileno=fd) for fd in cfg.listen_fds)
-            self._server = await loop.create_server(self._protocol, sock=own, backlog=1024)
+            self._server = await loop.create_server(
+                self._protocol, sock=own, backlog=1024, start_serving=serving
+            )
             for sock in shared:
                 self._shared.append(
-                    await loop.create_server(self._protocol, sock=sock, backlog=1024)
+                    await loop.create_server(
+                        self._protocol, sock=sock, backlog=1024, start_serving=serving
+                    )
                 )
         else:
             self._server = await loop.create_server(
@@ -64,6 +70,7 @@ class KafkaServer:
                 cfg.port,
                 backlog=1024,
                 reuse_address=True,
+                start_serving=serving,
             )
         host, port = self._server.sockets[0].getsockname()[:2]
         self.address = (host, port)
@@ -80,6 +87,12 @@ class KafkaServer:
                 )
         self.broker.set_listen_address(advertised, port)
         return self.address
+
+    async def serve(self) -> None:
+        """Accept the connections waiting since ``start(serving=False)``, and the next."""
+        for server in (self._server, *self._shared):
+            if server is not None:
+                await server.start_serving()
 
     @property
     def connection_count(self) -> int:
